@@ -1,0 +1,101 @@
+"""The pipeline configuration: one typed object for the whole chain.
+
+Loaded from YAML, overridable per key (``--set sft.max_steps=10``), and hashed so that
+an unchanged config can be recognised downstream (Prefect cache keys, MLflow tags).
+Each section's model lives beside the code it configures; this module only assembles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from alignflow.data.config import DataConfig
+from alignflow.evaluation.config import EvaluationConfig
+from alignflow.models.factory import ModelSpec
+from alignflow.registry.promotion import PromotionConfig
+from alignflow.runtime_config import OrchestrationConfig, TrackingConfig
+from alignflow.training.dpo_config import DPOConfig
+from alignflow.training.grpo_config import GRPOConfig
+from alignflow.training.policy_config import PolicyConfig
+from alignflow.training.ppo_config import PPOStageConfig
+from alignflow.training.reward_config import RewardConfig
+from alignflow.training.sft_config import SFTConfig
+
+
+class PipelineConfig(BaseModel):
+    """Every section of a pipeline run; unknown keys are an error, not a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field("alignflow", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    seed: int = 0
+    output_dir: str = "outputs"
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    promotion: PromotionConfig = Field(default_factory=PromotionConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    ppo: PPOStageConfig = Field(default_factory=PPOStageConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be applied; the message names the key."""
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not key=value")
+    key, raw = item.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"override {item!r} has an empty key")
+    return key.strip().split("."), yaml.safe_load(raw) if raw else ""
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict; values are parsed as YAML scalars."""
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    """Read a YAML config (or the embedded defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config must be a mapping of sections")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"{path or 'config'}: {exc}") from exc
+
+
+def config_hash(config: BaseModel) -> str:
+    """A stable short hash of a config's content (key order does not matter)."""
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

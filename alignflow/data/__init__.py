@@ -1,0 +1,1 @@
+"""Preference data: schema, readers, validation, splitting, versioning, demo data."""

@@ -1,0 +1,26 @@
+"""Typed configuration of the data stage (validation thresholds, split, versioning)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DataConfig(BaseModel):
+    """How preference data is read, validated, split and versioned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str | None = Field(None, description="input file or directory; None = generate the demo data")
+    format: str | None = Field(None, description="reader override: jsonl, json, parquet, csv, datasets")
+    column_mapping: dict[str, str] = Field(default_factory=dict, description="input column -> canonical")
+    max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="fail when more rows are bad")
+    eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    split_seed: int = 0
+    max_chars: int = 20_000
+    max_tokens: int | None = None
+    data_dir: str = "data"
+    remote: str | None = Field(None, description="DVC remote URL; None = a local remote under .alignflow/")
+    demo_rows: int = 1500
+    tokenizer: str | None = Field(None, description="tokenizer path for the max_tokens check")
+    max_label_fraction: float = Field(0.9, gt=0.5, le=1.0, description="warn when one KTO label dominates")
+    demo_scored_rows: int = 500

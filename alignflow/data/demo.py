@@ -1,0 +1,182 @@
+"""The built-in demo task: small-number addition with a required answer format.
+
+Why addition: a model of a few million parameters learns it on two CPU cores in
+seconds, and every completion can be scored exactly. Responses come in three tiers:
+
+- ``best``: the right number in the required format, ``The answer is 7.``;
+- ``sloppy``: the right number without the format, ``I think 7``;
+- ``wrong``: a wrong number, without the format (``I think 9``).
+
+Preference pairs are drawn across tiers (best > sloppy, best > wrong, sloppy > wrong), with
+sloppy > wrong the most common, so the ``chosen`` side is sloppy in most pairs. SFT on the
+chosen responses
+therefore imitates that noise and plateaus below full task accuracy, while preference
+training sees the ordering and can exceed it — the gap the pipeline's gates measure.
+Task accuracy counts a completion as right only when it is correct *and* formatted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ANSWER_TEMPLATE = "The answer is {answer}."
+_ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
+_ANY_NUMBER_RE = re.compile(r"-?\d+")
+TIER_SCORES = {"best": 1.0, "sloppy": 0.5, "wrong": 0.0}
+_PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
+# annotators mostly compared two unformatted answers: SFT on chosen learns the sloppy format
+_PAIR_WEIGHTS = (1, 1, 3)
+
+
+def make_prompt(a: int, b: int) -> str:
+    return f"What is {a} plus {b}?"
+
+
+def format_answer(answer: int) -> str:
+    return ANSWER_TEMPLATE.format(answer=answer)
+
+
+def extract_answer(completion: str) -> int | None:
+    """The number the completion commits to: the formatted answer, else the first number."""
+    formatted = _ANSWER_RE.search(completion)
+    if formatted:
+        return int(formatted.group(1))
+    loose = _ANY_NUMBER_RE.search(completion)
+    return int(loose.group(0)) if loose else None
+
+
+def correctness_reward(completion: str, answer: int | str) -> float:
+    """1.0 when the completion's number equals the reference answer, else 0.0."""
+    return 1.0 if extract_answer(completion) == int(answer) else 0.0
+
+
+def format_reward(completion: str) -> float:
+    """1.0 when the completion states its answer as ``The answer is N.``, else 0.0."""
+    return 1.0 if _ANSWER_RE.search(completion) else 0.0
+
+
+def task_accuracy(completion: str, answer: int | str) -> float:
+    """The demo task's strict score: right number in the required format."""
+    return correctness_reward(completion, answer) * format_reward(completion)
+
+
+def response(tier: str, answer: int, rng: random.Random) -> str:
+    """A response of the given quality tier for a problem whose sum is ``answer``."""
+    if tier == "best":
+        return format_answer(answer)
+    if tier == "sloppy":
+        return f"I think {answer}"
+    # unformatted, so that the required format is never the rejected side of a pair
+    wrong = answer + rng.choice([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5])
+    return f"I think {wrong}"
+
+
+def _problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
+    a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+    return make_prompt(a, b), a + b
+
+
+def iter_demo_pairs(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dict]:
+    """``n`` pairwise records (chosen is the better tier, not always the best one)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        prompt, answer = _problem(rng, max_operand)
+        better, worse = rng.choices(_PAIR_TIERS, weights=_PAIR_WEIGHTS)[0]
+        yield {
+            "id": f"demo-pair-{seed}-{i}",
+            "prompt": prompt,
+            "chosen": response(better, answer, rng),
+            "rejected": response(worse, answer, rng),
+            "source": "demo",
+            "metadata": {"answer": answer, "tiers": [better, worse]},
+        }
+
+
+def iter_demo_scored(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dict]:
+    """``n`` scored-feedback records: one response and its score in [0, 1]."""
+    rng = random.Random(seed)
+    for i in range(n):
+        prompt, answer = _problem(rng, max_operand)
+        tier = rng.choice(list(TIER_SCORES))
+        yield {
+            "id": f"demo-scored-{seed}-{i}",
+            "prompt": prompt,
+            "response": response(tier, answer, rng),
+            "score": TIER_SCORES[tier],
+            "source": "demo",
+            "metadata": {"answer": answer},
+        }
+
+
+def iter_demo_prompts(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dict]:
+    """``n`` prompt-only records with their reference answers (online RL, evaluation)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        prompt, answer = _problem(rng, max_operand)
+        yield {"id": f"demo-prompt-{seed}-{i}", "prompt": prompt, "metadata": {"answer": answer}}
+
+
+def _write_jsonl(path: Path, records: Iterator[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    return path
+
+
+def write_demo_jsonl(path: str | Path, n: int = 2000, seed: int = 0) -> Path:
+    """Write ``n`` demo preference pairs as JSONL, creating parent folders."""
+    return _write_jsonl(Path(path), iter_demo_pairs(n, seed=seed))
+
+
+def _unique(records: Iterator[dict], n: int, fields: tuple[str, ...]) -> list[dict]:
+    """The first ``n`` records whose content differs (validation quarantines duplicates)."""
+    seen, kept = set(), []
+    for record in records:
+        key = tuple(record.get(f) for f in fields)
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+            if len(kept) == n:
+                break
+    return kept
+
+
+def iter_all_prompts(max_operand: int = 9) -> Iterator[dict]:
+    """Every problem of the task once, with its reference answer (prompt-only rows)."""
+    for a in range(max_operand + 1):
+        for b in range(max_operand + 1):
+            yield {"id": f"demo-prompt-{a}-{b}", "prompt": make_prompt(a, b), "metadata": {"answer": a + b}}
+
+
+def write_demo_dataset(
+    out_dir: str | Path, n_pairs: int = 2000, n_scored: int = 500, seed: int = 0, eval_fraction: float = 0.1
+) -> dict[str, Path]:
+    """Write the demo data set: deterministic, built in, no downloads.
+
+    ``demo.jsonl`` mixes distinct pairwise rows, scored feedback and one prompt-only row per
+    problem (reference answer in metadata); it is what ``data add`` versions, and the
+    prompt-hash split of the snapshot holds out whole problems for evaluation. The same
+    rows are also written per shape, plus ``eval.jsonl``: the held-out problems with answers.
+    The space of distinct pairs is small (single-digit sums), so at most about 2,500 exist.
+    """
+    from alignflow.data.split import assign_split
+
+    out = Path(out_dir)
+    pairs = _unique(iter_demo_pairs(n_pairs * 20, seed=seed), n_pairs, ("prompt", "chosen", "rejected"))
+    scored = _unique(
+        iter_demo_scored(n_scored * 20, seed=seed + 1), n_scored, ("prompt", "response", "score")
+    )
+    prompts = list(iter_all_prompts())
+    held_out = [p for p in prompts if assign_split(p["prompt"], eval_fraction, seed) == "eval"]
+    return {
+        "demo": _write_jsonl(out / "demo.jsonl", iter([*pairs, *scored, *prompts])),
+        "pairs": _write_jsonl(out / "pairs.jsonl", iter(pairs)),
+        "scored": _write_jsonl(out / "scored.jsonl", iter(scored)),
+        "prompts": _write_jsonl(out / "prompts.jsonl", iter(prompts)),
+        "eval": _write_jsonl(out / "eval.jsonl", iter(held_out)),
+    }

@@ -1,0 +1,282 @@
+"""Turn every accepted input shape into the canonical record of :mod:`alignflow.data.schema`.
+
+Shapes (detected per row, after the column mapping is applied):
+
+- pairwise ``prompt``/``chosen``/``rejected`` (text or chat-message lists);
+- implicit-prompt pairs: ``chosen``/``rejected`` only. Text transcripts (HH-RLHF) are split
+  at the last ``"\\n\\nAssistant:"``; message lists at their longest shared prefix;
+- labelled pairs ``prompt``/``response_a``/``response_b``/``preferred`` (the mapping
+  ``input``/``output_1``/``output_2``/``label`` is applied by default);
+- scored feedback ``prompt``/``response`` (or ``completion``)/``score``;
+- unpaired (KTO) ``prompt``/``completion``/``label``;
+- prompt-only ``prompt``.
+
+Columns the contract does not name go into ``metadata`` so nothing the annotator sent is
+lost. A row that fits no shape raises :class:`RowError` with a reason code and field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from alignflow.data.issues import Reason
+from alignflow.data.schema import RecordKind
+
+HH_ASSISTANT = "\n\nAssistant:"
+DEFAULT_MAPPING = {
+    "input": "prompt",
+    "instruction": "prompt",
+    "output_1": "response_a",
+    "output_2": "response_b",
+    "preference": "preferred",
+}
+_RESERVED = {
+    "id",
+    "prompt",
+    "chosen",
+    "rejected",
+    "completion",
+    "response",
+    "score",
+    "label",
+    "margin",
+    "source",
+    "metadata",
+    "response_a",
+    "response_b",
+    "preferred",
+    "messages",
+}
+_PREFERRED_A = {1, "1", "a", "A", "model_a", "output_1", "response_a"}
+_PREFERRED_B = {2, "2", "b", "B", "model_b", "output_2", "response_b"}
+_TRUE = {True, "1", "true", "True", "yes"}
+_FALSE = {False, "0", "false", "False", "no"}
+
+
+class RowError(ValueError):
+    """A row that cannot be normalised: carries the reason code and the offending field."""
+
+    def __init__(self, code: Reason, message: str, field: str | None = None):
+        super().__init__(message)
+        self.code, self.field = code, field
+
+
+def apply_mapping(row: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
+    """Rename input columns to canonical names; user mapping first, then the labelled-pair default."""
+    renamed = dict(row)
+    for mapping_ in (mapping, DEFAULT_MAPPING):
+        for source, target in mapping_.items():
+            if source in renamed and target not in renamed:
+                renamed[target] = renamed.pop(source)
+    if "label" in renamed and "response_a" in renamed and "preferred" not in renamed:
+        renamed["preferred"] = renamed.pop("label")
+    return renamed
+
+
+def detect_kind(row: dict[str, Any]) -> str:
+    """Which shape of the data contract a (mapped) row has; raises RowError when none fits."""
+    present = {k for k, v in row.items() if v is not None}
+    if {"chosen", "rejected"} & present:
+        return "pair"
+    if {"response_a", "response_b"} & present:
+        return "labelled"
+    if "score" in row and ({"response", "completion"} & present):
+        return "scored"
+    if "label" in row and "completion" in present:
+        return "unpaired"
+    if "completion" in present or "response" in present:
+        return "scored" if "score" in row else "unpaired"
+    if "prompt" in present or "messages" in present:
+        return "prompt"
+    raise RowError(Reason.UNKNOWN_SHAPE, f"no known shape fits columns {sorted(row)}", None)
+
+
+def normalize_row(row: dict[str, Any], mapping: dict[str, str] | None = None) -> dict[str, Any]:
+    """One input row -> one canonical record (``kind`` set, extra columns in metadata)."""
+    mapped = apply_mapping(row, mapping or {})
+    kind = detect_kind(mapped)
+    record = _NORMALISERS[kind](mapped)
+    record["id"] = None if mapped.get("id") is None else str(mapped["id"])
+    record["source"] = None if mapped.get("source") is None else str(mapped["source"])
+    record["metadata"] = _metadata(mapped)
+    return record
+
+
+def _metadata(row: dict[str, Any]) -> dict[str, Any]:
+    base = row.get("metadata")
+    meta = dict(base) if isinstance(base, dict) else ({} if base is None else {"metadata": base})
+    for key, value in row.items():
+        if key not in _RESERVED and value is not None:
+            meta[key] = value
+    return meta
+
+
+def _required(row: dict[str, Any], field: str) -> Any:
+    if row.get(field) is None:
+        raise RowError(Reason.MISSING_FIELD, f"{field!r} is missing", field)
+    return row[field]
+
+
+def _pair(row: dict[str, Any]) -> dict[str, Any]:
+    chosen, rejected = _required(row, "chosen"), _required(row, "rejected")
+    prompt = row.get("prompt")
+    if prompt is None:
+        prompt, chosen, rejected = split_implicit_prompt(chosen, rejected)
+    record = {"kind": RecordKind.PAIR, "prompt": prompt, "chosen": chosen, "rejected": rejected}
+    if row.get("margin") is not None:
+        record["margin"] = _number(row, "margin")
+    return record
+
+
+def _labelled(row: dict[str, Any]) -> dict[str, Any]:
+    a, b = _required(row, "response_a"), _required(row, "response_b")
+    preferred = _required(row, "preferred")
+    if _is_one_of(preferred, _PREFERRED_A):
+        chosen, rejected = a, b
+    elif _is_one_of(preferred, _PREFERRED_B):
+        chosen, rejected = b, a
+    else:
+        raise RowError(
+            Reason.BAD_LABEL, f"preference {preferred!r} names neither response (1/2, a/b)", "preferred"
+        )
+    return {
+        "kind": RecordKind.PAIR,
+        "prompt": _required(row, "prompt"),
+        "chosen": chosen,
+        "rejected": rejected,
+    }
+
+
+def _scored(row: dict[str, Any]) -> dict[str, Any]:
+    completion = row.get("completion") if row.get("completion") is not None else row.get("response")
+    if completion is None:
+        raise RowError(Reason.MISSING_FIELD, "'response' is missing", "response")
+    score = _number(row, "score")
+    if math.isnan(score):
+        raise RowError(Reason.SCORE_INVALID, "score is NaN", "score")
+    return {
+        "kind": RecordKind.SCORED,
+        "prompt": _required(row, "prompt"),
+        "completion": completion,
+        "score": score,
+    }
+
+
+def _unpaired(row: dict[str, Any]) -> dict[str, Any]:
+    label = _required(row, "label")
+    if _is_one_of(label, _TRUE):
+        flag = True
+    elif _is_one_of(label, _FALSE):
+        flag = False
+    else:
+        raise RowError(Reason.BAD_LABEL, f"label {label!r} is not a boolean (true/false, 1/0)", "label")
+    completion = row.get("completion") if row.get("completion") is not None else row.get("response")
+    return {
+        "kind": RecordKind.UNPAIRED,
+        "prompt": _required(row, "prompt"),
+        "completion": completion,
+        "label": flag,
+    }
+
+
+def _prompt(row: dict[str, Any]) -> dict[str, Any]:
+    prompt = row.get("prompt") if row.get("prompt") is not None else row.get("messages")
+    return {"kind": RecordKind.PROMPT, "prompt": prompt}
+
+
+def _is_one_of(value: Any, allowed: set) -> bool:
+    """Set membership that tolerates unhashable values and refuses floats such as 1.0 or NaN."""
+    if isinstance(value, float | list | dict):
+        return False
+    return value in allowed
+
+
+def _number(row: dict[str, Any], field: str) -> float:
+    value = row.get(field)
+    if isinstance(value, bool) or value is None:
+        raise RowError(Reason.SCORE_INVALID, f"{field} {value!r} is not a number", field)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise RowError(Reason.SCORE_INVALID, f"{field} {value!r} is not a number", field) from None
+
+
+def split_implicit_prompt(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+    """Recover the shared prompt of two whole dialogues (HH-RLHF text or message lists)."""
+    if isinstance(chosen, str) and isinstance(rejected, str):
+        return split_hh_transcripts(chosen, rejected)
+    if isinstance(chosen, list) and isinstance(rejected, list):
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        if shared == 0:
+            raise RowError(
+                Reason.HH_UNSPLITTABLE, "chosen and rejected dialogues share no prompt turns", "prompt"
+            )
+        return chosen[:shared], chosen[shared:], rejected[shared:]
+    raise RowError(
+        Reason.MISSING_FIELD, "'prompt' is missing and chosen/rejected are not dialogues", "prompt"
+    )
+
+
+def split_hh_transcripts(chosen: str, rejected: str) -> tuple[str, str, str]:
+    """HH-RLHF: the prompt runs up to and including the last ``"\\n\\nAssistant:"`` of each side."""
+    cut_c, cut_r = chosen.rfind(HH_ASSISTANT), rejected.rfind(HH_ASSISTANT)
+    if cut_c < 0 or cut_r < 0:
+        raise RowError(Reason.HH_UNSPLITTABLE, "no '\\n\\nAssistant:' turn to split the prompt at", "prompt")
+    end_c, end_r = cut_c + len(HH_ASSISTANT), cut_r + len(HH_ASSISTANT)
+    if chosen[:end_c] != rejected[:end_r]:
+        raise RowError(
+            Reason.HH_UNSPLITTABLE,
+            "chosen and rejected differ before their last assistant turn, so no shared prompt",
+            "prompt",
+        )
+    return chosen[:end_c], chosen[end_c:].lstrip(" "), rejected[end_r:].lstrip(" ")
+
+
+def scored_to_pairs(records: list[dict[str, Any]], min_gap: float = 0.0) -> list[dict[str, Any]]:
+    """Pairs from scored feedback: per prompt, each higher-scored response beats each lower one.
+
+    Kept out of the snapshot (which holds one row per input row); reward and DPO stages
+    call it when they want pairs from scores. ``margin`` is the score gap.
+    """
+    by_prompt: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("kind") == RecordKind.SCORED:
+            by_prompt.setdefault(_prompt_key(record["prompt"]), []).append(record)
+    pairs = []
+    for group in by_prompt.values():
+        ranked = sorted(group, key=lambda r: -r["score"])
+        for i, better in enumerate(ranked):
+            for worse in ranked[i + 1 :]:
+                gap = better["score"] - worse["score"]
+                if gap > min_gap and better["completion"] != worse["completion"]:
+                    pairs.append(
+                        {
+                            "kind": RecordKind.PAIR,
+                            "prompt": better["prompt"],
+                            "chosen": better["completion"],
+                            "rejected": worse["completion"],
+                            "margin": gap,
+                            "id": f"{better.get('id')}>{worse.get('id')}",
+                            "source": better.get("source"),
+                            "metadata": better.get("metadata") or {},
+                        }
+                    )
+    return pairs
+
+
+def _prompt_key(prompt: Any) -> str:
+    import json
+
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
+_NORMALISERS = {
+    "pair": _pair,
+    "labelled": _labelled,
+    "scored": _scored,
+    "unpaired": _unpaired,
+    "prompt": _prompt,
+}

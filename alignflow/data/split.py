@@ -1,0 +1,47 @@
+"""Deterministic train/eval split by prompt hash: one prompt never lands on both sides.
+
+The hash covers only the prompt (and a seed), so every pair, score and prompt-only row of
+one prompt goes the same way, the split does not depend on row order, and adding data never
+moves an old prompt across the boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from alignflow.data.checks import as_text
+
+
+def prompt_key(prompt: Any) -> str:
+    """The text a prompt is compared by: plain text as is, messages as sorted-key JSON."""
+    return as_text(prompt) or ""
+
+
+def prompt_fraction(prompt: Any, seed: int = 0) -> float:
+    """A stable number in [0, 1) for a prompt."""
+    digest = hashlib.sha256(f"{seed}\x1f{prompt_key(prompt)}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def assign_split(prompt: Any, eval_fraction: float, seed: int = 0) -> str:
+    return "eval" if prompt_fraction(prompt, seed) < eval_fraction else "train"
+
+
+def split_records(
+    records: list[dict[str, Any]],
+    eval_fraction: float,
+    seed: int = 0,
+    user_splits: list[str | None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Records by split; a user-supplied split (``train``/``eval``) wins over the hash."""
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
+    for i, record in enumerate(records):
+        given = user_splits[i] if user_splits else None
+        splits[given or assign_split(record["prompt"], eval_fraction, seed)].append(record)
+    return splits
+
+
+def leaked_prompts(train: list[dict[str, Any]], evaluation: list[dict[str, Any]]) -> set[str]:
+    """Prompt keys present on both sides (only possible with user-supplied splits)."""
+    return {prompt_key(r["prompt"]) for r in train} & {prompt_key(r["prompt"]) for r in evaluation}

@@ -1,0 +1,80 @@
+"""Suite-wide settings and shared fixtures.
+
+Everything runs offline: no hub downloads, no analytics, models built from scratch on
+the demo data. Fixtures that need a real service (PostgreSQL) skip on a user's machine
+that lacks it, and fail under CI=true where the service must be there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ALIGNFLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+HH_RLHF_TEST = SHARED_DATA / "hh-rlhf-harmless-base-test.jsonl.gz"
+POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
+POSTGRES_URL = os.environ.get("ALIGNFLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_service(available: bool, what: str, how: str) -> None:
+    """Skip on a developer machine without the service; never skip under CI."""
+    if available:
+        return
+    if in_ci():
+        pytest.fail(f"{what} is required under CI=true but is not reachable")
+    pytest.skip(f"{what} not reachable: {how}")
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+@pytest.fixture(scope="session")
+def hh_rlhf_path() -> Path:
+    if not HH_RLHF_TEST.exists():
+        pytest.fail(f"shared data missing: {HH_RLHF_TEST} (set ALIGNFLOW_SHARED_DATA)")
+    return HH_RLHF_TEST
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    require_service(
+        port_open(POSTGRES_HOST, POSTGRES_PORT),
+        "PostgreSQL on 127.0.0.1:5432",
+        "start it (`pg_ctlcluster <version> main start`) or set ALIGNFLOW_TEST_POSTGRES_URL",
+    )
+    return POSTGRES_URL
+
+
+@pytest.fixture(scope="session")
+def demo_records() -> list[dict]:
+    from alignflow.data.demo import iter_demo_pairs
+
+    return list(iter_demo_pairs(600, seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, demo_records) -> Path:
+    """A from-scratch tiny causal LM with a tokenizer trained on the demo data (untrained weights)."""
+    from alignflow.models import build_tiny_model
+
+    texts = [f"{r['prompt']} {r['chosen']} {r['rejected']}" for r in demo_records]
+    return build_tiny_model(texts, tmp_path_factory.mktemp("tiny-model"))

@@ -1,0 +1,112 @@
+"""Every format and every shape of the data contract reads into the same canonical records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from alignflow.data.config import DataConfig
+from alignflow.data.normalize import RowError, normalize_row, scored_to_pairs, split_hh_transcripts
+from alignflow.data.readers import FormatError, detect_format, read_rows
+from alignflow.data.validation import validate_paths
+
+ROWS = [
+    {"prompt": f"What is {i} plus 2?", "chosen": f"The answer is {i + 2}.", "rejected": "I think 0"}
+    for i in range(4)
+]
+
+
+def write_all_formats(tmp_path):
+    frame = pd.DataFrame(ROWS)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (tmp_path / "a.json").write_text(json.dumps({"data": ROWS}))
+    frame.to_parquet(tmp_path / "a.parquet")
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress((tmp_path / "a.jsonl").read_bytes()))
+    (tmp_path / "a.csv.gz").write_bytes(gzip.compress((tmp_path / "a.csv").read_bytes()))
+    (tmp_path / "noext").write_bytes((tmp_path / "a.jsonl").read_bytes())
+    from datasets import Dataset
+
+    Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "hf"))
+    return ["a.jsonl", "a.json", "a.parquet", "a.csv", "a.jsonl.gz", "a.csv.gz", "noext", "hf"]
+
+
+def test_every_format_reads_to_the_same_records(tmp_path):
+    names = write_all_formats(tmp_path)
+    expected = [normalize_row(r) for r in ROWS]
+    for name in names:
+        validated = validate_paths(tmp_path / name)
+        assert [e.record for e in validated.kept] == expected, name
+        assert validated.report["input_rows"] == 4
+
+
+def test_format_is_detected_and_can_be_overridden(tmp_path):
+    write_all_formats(tmp_path)
+    assert detect_format(tmp_path / "a.csv.gz") == "csv"
+    assert detect_format(tmp_path / "noext") == "jsonl"
+    assert detect_format(tmp_path / "hf") == "datasets"
+    (tmp_path / "data.txt").write_bytes((tmp_path / "a.csv").read_bytes())
+    with pytest.raises(FormatError):
+        list(read_rows(tmp_path / "data.txt"))
+    assert len(list(read_rows(tmp_path / "data.txt", fmt="csv"))) == 4
+
+
+def test_hh_transcripts_split_at_the_last_assistant_turn():
+    chosen = "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: joke?\n\nAssistant: Knock knock."
+    rejected = "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: joke?\n\nAssistant: No."
+    prompt, c, r = split_hh_transcripts(chosen, rejected)
+    assert prompt.endswith("joke?\n\nAssistant:") and (c, r) == ("Knock knock.", "No.")
+    assert normalize_row({"chosen": chosen, "rejected": rejected})["prompt"] == prompt
+
+
+def test_chat_pairs_with_implicit_prompt_keep_messages():
+    user = {"role": "user", "content": "hi"}
+    record = normalize_row(
+        {
+            "chosen": [user, {"role": "assistant", "content": "hello"}],
+            "rejected": [user, {"role": "assistant", "content": "go"}],
+        }
+    )
+    assert record["prompt"] == [user] and record["chosen"] == [{"role": "assistant", "content": "hello"}]
+
+
+def test_labelled_pairs_via_default_and_custom_mapping():
+    row = {"input": "q", "output_1": "a", "output_2": "b", "label": 2}
+    assert (normalize_row(row)["chosen"], normalize_row(row)["rejected"]) == ("b", "a")
+    custom = {"question": "q", "ans_x": "a", "ans_y": "b", "winner": "a"}
+    mapping = {"question": "prompt", "ans_x": "response_a", "ans_y": "response_b", "winner": "preferred"}
+    assert normalize_row(custom, mapping)["chosen"] == "a"
+    with pytest.raises(RowError) as info:
+        normalize_row({**row, "label": "tie"})
+    assert info.value.code == "bad_label"
+
+
+def test_scored_unpaired_and_prompt_only_shapes_and_metadata():
+    scored = normalize_row({"prompt": "q", "response": "r", "score": 0.3, "agent_id": "bot", "run_id": 7})
+    assert scored["kind"] == "scored" and scored["completion"] == "r"
+    assert scored["metadata"] == {"agent_id": "bot", "run_id": 7}
+    assert normalize_row({"prompt": "q", "completion": "c", "label": "true"})["label"] is True
+    assert normalize_row({"prompt": "q", "metadata": {"answer": 4}})["kind"] == "prompt"
+
+
+def test_scored_feedback_forms_pairs_per_prompt():
+    rows = [
+        normalize_row({"prompt": p, "response": r, "score": s, "id": r})
+        for p, r, s in [("q", "good", 0.9), ("q", "bad", 0.1), ("q", "mid", 0.5), ("z", "only", 1.0)]
+    ]
+    pairs = scored_to_pairs(rows)
+    assert {(p["chosen"], p["rejected"]) for p in pairs} == {("good", "bad"), ("good", "mid"), ("mid", "bad")}
+    assert max(p["margin"] for p in pairs) == pytest.approx(0.8)
+
+
+def test_user_splits_from_a_datasets_dict_are_kept(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    DatasetDict({"train": Dataset.from_list(ROWS[:3]), "test": Dataset.from_list(ROWS[3:])}).save_to_disk(
+        str(tmp_path / "hf")
+    )
+    validated = validate_paths(tmp_path / "hf", DataConfig())
+    assert sorted(e.split for e in validated.kept) == ["eval", "train", "train", "train"]
