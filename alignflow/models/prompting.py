@@ -1,0 +1,88 @@
+"""The one way prompts are shown to a policy, and the one way completions are sampled.
+
+SFT, DPO, GRPO, PPO and evaluation must agree on the exact prompt text, or a policy is
+evaluated on a format it never trained on. Every stage therefore renders prompts with
+:func:`format_prompt` (the tokenizer's chat template when it has one) and trains on
+``format_prompt(prompt) + completion``; evaluation and PPO sample with :func:`generate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+Prompt = str | list[dict[str, str]]
+
+
+def as_messages(prompt: Prompt) -> list[dict[str, str]]:
+    """A plain-text prompt becomes one user turn; a message list is kept as it is."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def format_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    """The text a policy sees before it answers ``prompt``.
+
+    With a chat template: the rendered conversation plus the assistant's opening marker.
+    Without one (a base model): the prompt followed by a newline.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True)
+    if not isinstance(prompt, str):
+        return "\n".join(f"{m['role']}: {m['content']}" for m in prompt) + "\nassistant: "
+    return prompt + "\n"
+
+
+def completion_text(completion: str | list[dict[str, str]]) -> str:
+    """A completion as plain text (the assistant turns' contents for a message list)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m["content"] for m in completion if m.get("role", "assistant") == "assistant")
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int = 16,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    batch_size: int = 32,
+    seed: int | None = None,
+) -> list[str]:
+    """Completions (decoded, special tokens removed) for ``prompts``, in order.
+
+    Prompts are left-padded so every row continues right where its prompt ends.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    padding_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = next(model.parameters()).device
+    outputs: list[str] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
+            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            sample_args = (
+                {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
+            )
+            ids = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                **sample_args,
+            )
+            new_tokens = ids[:, batch["input_ids"].shape[1] :]
+            outputs.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return outputs

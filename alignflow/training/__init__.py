@@ -1,0 +1,1 @@
+"""Pipeline stages: one module per stage with its typed config beside it."""

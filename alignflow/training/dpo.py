@@ -1,0 +1,185 @@
+"""Direct preference optimisation with TRL: DPO and its loss family, ORPO and KTO.
+
+The policy starts from the SFT model (a saved path, so TRL can build its reference from
+the same weights) and trains on ``format_prompt(prompt)`` + chosen/rejected, the prompt
+rendering every stage shares. KTO gets unpaired rows: each pair's chosen as desirable,
+its rejected as undesirable, plus the snapshot's own ``unpaired`` rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import DPOConfig as TRLDPOConfig
+from trl import DPOTrainer, KTOConfig, KTOTrainer
+
+from alignflow.data.snapshot import load_split
+from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.training.stage import (
+    AtomicCheckpointMixin,
+    StageResult,
+    TrackingCallback,
+    filter_known_args,
+    finish_stage,
+    load_optional_pairs,
+    load_pairs,
+    require_rows,
+    resolve_start_model,
+    save_final_model,
+    seed_everything,
+    stage_seed,
+    train_with_resume,
+    trainer_arguments,
+)
+
+
+class AlignflowDPOTrainer(AtomicCheckpointMixin, DPOTrainer):
+    """TRL's DPOTrainer with atomic checkpoints."""
+
+
+class ReferenceFreeDPOTrainer(AlignflowDPOTrainer):
+    """DPO against a uniform reference: every reference log-probability is zero.
+
+    Runs with ``precompute_ref_log_probs`` so TRL keeps no reference model in memory and
+    reads the (zero) reference log-probs from the dataset.
+    """
+
+    def compute_ref_log_probs(self, model, inputs):
+        zeros = torch.zeros(inputs["input_ids"].shape[0] // 2, device=inputs["input_ids"].device)
+        return zeros, zeros.clone()
+
+
+class AlignflowKTOTrainer(AtomicCheckpointMixin, KTOTrainer):
+    """TRL's KTOTrainer with atomic checkpoints."""
+
+
+def _orpo_trainer_class():
+    from trl.experimental.orpo import ORPOTrainer
+
+    class AlignflowORPOTrainer(AtomicCheckpointMixin, ORPOTrainer):
+        """TRL's (experimental) ORPOTrainer with atomic checkpoints."""
+
+    return AlignflowORPOTrainer
+
+
+def pair_dataset(pairs: list[dict[str, Any]], tokenizer: Any) -> Dataset:
+    return Dataset.from_list(
+        [
+            {
+                "prompt": format_prompt(tokenizer, p["prompt"]),
+                "chosen": completion_text(p["chosen"]),
+                "rejected": completion_text(p["rejected"]),
+            }
+            for p in pairs
+        ]
+    )
+
+
+def unpaired_dataset(pairs: list[dict[str, Any]], unpaired: list[dict[str, Any]], tokenizer: Any) -> Dataset:
+    rows = []
+    for p in pairs:
+        prompt = format_prompt(tokenizer, p["prompt"])
+        rows.append({"prompt": prompt, "completion": completion_text(p["chosen"]), "label": True})
+        rows.append({"prompt": prompt, "completion": completion_text(p["rejected"]), "label": False})
+    for u in unpaired:
+        rows.append(
+            {
+                "prompt": format_prompt(tokenizer, u["prompt"]),
+                "completion": completion_text(u["completion"]),
+                "label": bool(u["label"]),
+            }
+        )
+    return Dataset.from_list(rows)
+
+
+def _trainer_and_args(stage: Any, reference_free: bool) -> tuple[type, type, dict[str, Any]]:
+    if stage.method == "kto":
+        return (
+            AlignflowKTOTrainer,
+            KTOConfig,
+            {
+                "beta": stage.beta,
+                "desirable_weight": stage.desirable_weight,
+                "undesirable_weight": stage.undesirable_weight,
+            },
+        )
+    if stage.method == "orpo":
+        from trl.experimental.orpo import ORPOConfig
+
+        return _orpo_trainer_class(), ORPOConfig, {"beta": stage.beta}
+    losses = [stage.loss_type] if isinstance(stage.loss_type, str) else list(stage.loss_type)
+    extra = {"beta": stage.beta, "loss_type": losses, "label_smoothing": stage.label_smoothing}
+    if stage.loss_weights:
+        extra["loss_weights"] = stage.loss_weights
+    if reference_free:
+        extra["precompute_ref_log_probs"] = True
+        return ReferenceFreeDPOTrainer, TRLDPOConfig, extra
+    return AlignflowDPOTrainer, TRLDPOConfig, extra
+
+
+def run_dpo(
+    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+) -> StageResult:
+    """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
+    stage = config.dpo
+    seed = stage_seed(stage, config.seed)
+    seed_everything(seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    pairs = require_rows(load_pairs(data_dir, "train"), data_dir, "train", "pair/scored")
+    eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+
+    trainer_cls, args_cls, extra = _trainer_and_args(stage, stage.reference_free)
+    if stage.method == "kto":
+        unpaired = load_split(data_dir, "train", kind="unpaired")
+        train_ds = unpaired_dataset(pairs, unpaired, tokenizer)
+        eval_ds = unpaired_dataset(eval_pairs, [], tokenizer) if eval_pairs else None
+    else:
+        train_ds = pair_dataset(pairs, tokenizer)
+        eval_ds = pair_dataset(eval_pairs, tokenizer) if eval_pairs else None
+
+    init_kwargs = model_init_kwargs(config.model)
+    init_kwargs["dtype"] = str(init_kwargs["dtype"]).removeprefix("torch.")
+    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
+    kwargs.update(extra, max_length=stage.max_length, model_init_kwargs=init_kwargs, dataset_num_proc=None)
+    if stage.max_prompt_length:
+        kwargs["max_prompt_length"] = stage.max_prompt_length
+    model: Any = start
+    if stage.method == "orpo":  # the experimental ORPO trainer wants a model object
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
+    trainer = trainer_cls(
+        model=model,
+        args=args_cls(**filter_known_args(args_cls, kwargs)),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config(config.model),
+        callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
+    )
+    metrics: dict[str, float] = {}
+    if eval_ds is not None:
+        metrics.update(_prefixed(trainer.evaluate(), "before_"))
+    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
+    metrics["train_loss"] = output.training_loss
+    if eval_ds is not None:
+        metrics.update(_prefixed(trainer.evaluate(), ""))
+    model_dir = save_final_model(trainer, output_dir)
+    return finish_stage("dpo", output_dir, model_dir, metrics, resumed_from)
+
+
+def _prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
+    """``eval_rewards/accuracies`` -> ``eval/<prefix>rewards/accuracies``; numbers only."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, int | float) and key.startswith("eval_"):
+            out[f"eval/{prefix}{key[len('eval_') :]}"] = float(value)
+    return out

@@ -1,0 +1,53 @@
+"""Typed configuration of the direct preference optimisation stage (DPO, IPO, ORPO, KTO...)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from alignflow.training.stage_config import StageConfig
+
+# TRL DPOTrainer loss types (TRL's names); ``method`` picks ORPO/KTO trainers instead.
+DPO_LOSS_TYPES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
+
+
+class DPOConfig(StageConfig):
+    """Offline preference optimisation of the SFT policy against a frozen reference."""
+
+    learning_rate: float = Field(5e-4, gt=0)
+    method: Literal["dpo", "orpo", "kto"] = Field("dpo", description="which TRL trainer runs")
+    loss_type: str | list[str] = Field("sigmoid", description=f"DPO losses: {', '.join(DPO_LOSS_TYPES)}")
+    loss_weights: list[float] | None = None
+    beta: float = Field(0.1, gt=0)
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
+    reference_free: bool = Field(False, description="compare against a uniform reference (log p_ref = 0)")
+    desirable_weight: float = Field(1.0, gt=0, description="KTO only")
+    undesirable_weight: float = Field(1.0, gt=0, description="KTO only")
+    max_prompt_length: int | None = None
+
+    @model_validator(mode="after")
+    def _known_losses(self) -> DPOConfig:
+        losses = [self.loss_type] if isinstance(self.loss_type, str) else self.loss_type
+        unknown = [name for name in losses if name not in DPO_LOSS_TYPES]
+        if unknown:
+            raise ValueError(f"dpo.loss_type: unknown {unknown}; choose from {list(DPO_LOSS_TYPES)}")
+        if self.reference_free and self.method != "dpo":
+            raise ValueError("dpo.reference_free applies to method 'dpo' only (ORPO needs no reference)")
+        return self

@@ -1,0 +1,209 @@
+"""GRPO with TRL's GRPOTrainer and pluggable reward functions.
+
+Reward functions (``grpo.reward_functions``) are built by :func:`build_reward_function`:
+the demo task's verifiers (correctness, format; they read each prompt's ``answer``), a
+trained reward model through :func:`alignflow.models.reward_scorer.load_reward_scorer`
+(it re-tokenises the text with its own tokenizer), or user code named ``module:attribute``
+(a function ``f(prompts, completions, **columns) -> list[float]``, or a class built with
+no arguments whose instances are such functions).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig as TRLGRPOConfig
+from trl import GRPOTrainer
+
+from alignflow.data import demo
+from alignflow.data.snapshot import load_split
+from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.prompting import completion_text, format_prompt, generate
+from alignflow.models.reward_scorer import load_reward_scorer
+from alignflow.training.stage import (
+    AtomicCheckpointMixin,
+    StageResult,
+    TrackingCallback,
+    filter_known_args,
+    finish_stage,
+    require_rows,
+    resolve_start_model,
+    save_final_model,
+    seed_everything,
+    stage_seed,
+    train_with_resume,
+    trainer_arguments,
+)
+
+RewardFn = Callable[..., list[float]]
+
+
+class AlignflowGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
+    """TRL's GRPOTrainer with atomic checkpoints."""
+
+
+def load_attribute(path: str) -> Any:
+    """``package.module:attribute`` -> the attribute, with an error naming what is missing."""
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{path}: cannot import module {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError as exc:
+        raise ValueError(f"{path}: module {module_name!r} has no attribute {attribute!r}") from exc
+
+
+def _answers(kwargs: dict[str, Any], n: int) -> list[Any]:
+    answers = kwargs.get("answer")
+    if answers is None:
+        raise ValueError(
+            "demo reward functions need an 'answer' per prompt (metadata.answer in the snapshot)"
+        )
+    return list(answers)[:n]
+
+
+def correctness(prompts, completions, **kwargs) -> list[float]:
+    """Demo verifier: 1 when the completion's number is the sum."""
+    answers = _answers(kwargs, len(completions))
+    return [demo.correctness_reward(completion_text(c), a) for c, a in zip(completions, answers, strict=True)]
+
+
+def answer_format(prompts, completions, **kwargs) -> list[float]:
+    """Demo verifier: 1 when the completion says ``The answer is N.``."""
+    return [demo.format_reward(completion_text(c)) for c in completions]
+
+
+def reward_model_function(path: str, normalize: bool = True) -> RewardFn:
+    """A trained reward model as a reward function over the *original* prompts' text."""
+    scorer = load_reward_scorer(path, normalize=normalize)
+
+    def reward_model(prompts, completions, **kwargs) -> list[float]:
+        originals = [_decode_prompt(p) for p in kwargs.get("raw_prompt", prompts)]
+        return scorer(originals, [completion_text(c) for c in completions])
+
+    return reward_model
+
+
+def build_reward_function(spec: Any) -> RewardFn:
+    if spec.kind == "correctness":
+        return correctness
+    if spec.kind == "format":
+        return answer_format
+    if spec.kind == "reward_model":
+        return reward_model_function(spec.path, spec.normalize)
+    target = load_attribute(spec.path)
+    if isinstance(target, type):
+        target = target()
+    if not callable(target):
+        raise ValueError(f"{spec.path}: a reward function must be callable, got {type(target).__name__}")
+    if not hasattr(target, "__name__"):
+        target.__name__ = spec.path.rsplit(":", 1)[-1]  # TRL names its reward metrics after it
+    return target
+
+
+def _encode_prompt(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def _decode_prompt(prompt: str) -> Any:
+    return json.loads(prompt) if prompt.startswith("[") else prompt
+
+
+def prompt_rows(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
+    """Distinct prompts of a split (prompt rows first, then those of pairs/scored rows)."""
+    try:
+        records = load_split(data_dir, split)
+    except FileNotFoundError:
+        return []
+    records.sort(key=lambda r: r["kind"] != "prompt")
+    seen, rows = set(), []
+    for record in records:
+        key = _encode_prompt(record["prompt"])
+        if key in seen:
+            continue
+        seen.add(key)
+        answer = (record.get("metadata") or {}).get("answer")
+        rows.append({"raw_prompt": key, "answer": answer})
+    return rows
+
+
+def mean_reward(
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], fns: list[RewardFn], weights, n_tokens
+):
+    """Greedy completions' weighted reward, averaged over ``rows``."""
+    prompts = [_decode_prompt(r["raw_prompt"]) for r in rows]
+    completions = generate(model, tokenizer, prompts, max_new_tokens=n_tokens)
+    columns = {"raw_prompt": [r["raw_prompt"] for r in rows], "answer": [r["answer"] for r in rows]}
+    total = [0.0] * len(rows)
+    for fn, w in zip(fns, weights, strict=True):
+        for i, value in enumerate(fn(prompts, completions, **columns)):
+            total[i] += w * (value or 0.0)
+    return sum(total) / max(len(total), 1)
+
+
+def run_grpo(
+    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+) -> StageResult:
+    """Optimise the policy on the snapshot's prompts; metrics: greedy eval reward before/after."""
+    stage = config.grpo
+    seed = stage_seed(stage, config.seed)
+    seed_everything(seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rows = require_rows(prompt_rows(data_dir, "train"), data_dir, "train", "prompt")
+    eval_rows = prompt_rows(data_dir, "eval")[: stage.eval_max_rows or None]
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    fns = [build_reward_function(spec) for spec in stage.reward_functions]
+    weights = [spec.weight for spec in stage.reward_functions]
+
+    def dataset(items: list[dict[str, Any]]) -> Dataset:
+        return Dataset.from_list(
+            [dict(r, prompt=format_prompt(tokenizer, _decode_prompt(r["raw_prompt"]))) for r in items]
+        )
+
+    init_kwargs = model_init_kwargs(config.model)
+    init_kwargs["dtype"] = str(init_kwargs["dtype"]).removeprefix("torch.")
+    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
+    kwargs.update(
+        num_generations=stage.num_generations,
+        max_completion_length=stage.max_completion_length,
+        temperature=stage.temperature,
+        beta=stage.beta,
+        loss_type=stage.loss_type,
+        scale_rewards=stage.scale_rewards,
+        reward_weights=weights,
+        model_init_kwargs=init_kwargs,
+        log_completions=False,
+    )
+    extra = {}
+    if stage.environment:
+        extra["environment_factory"] = load_attribute(stage.environment)
+    trainer = AlignflowGRPOTrainer(
+        model=start,
+        reward_funcs=fns,
+        args=TRLGRPOConfig(**filter_known_args(TRLGRPOConfig, kwargs)),
+        train_dataset=dataset(rows),
+        processing_class=tokenizer,
+        peft_config=peft_config(config.model),
+        callbacks=[TrackingCallback({"grpo": stage.model_dump(), "model": config.model.model_dump()})],
+        **extra,
+    )
+    metrics: dict[str, float] = {}
+    if eval_rows:
+        n = stage.max_completion_length
+        metrics["eval/reward_before"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
+    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
+    metrics["train_loss"] = output.training_loss
+    if eval_rows:
+        metrics["eval/reward"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
+    model_dir = save_final_model(trainer, output_dir)
+    return finish_stage("grpo", output_dir, model_dir, metrics, resumed_from)

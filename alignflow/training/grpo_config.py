@@ -1,0 +1,58 @@
+"""Typed configuration of the GRPO stage and its reward functions."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from alignflow.training.stage_config import StageConfig
+
+
+class RewardFunctionSpec(BaseModel):
+    """One reward signal: a demo verifier, a trained reward model, or user code."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["correctness", "format", "reward_model", "python"]
+    path: str | None = Field(
+        None, description="reward_model: a saved reward model dir; python: 'module:attribute'"
+    )
+    weight: float = 1.0
+    normalize: bool = Field(True, description="reward_model: apply the saved mean/std")
+
+    @model_validator(mode="after")
+    def _path_when_needed(self) -> RewardFunctionSpec:
+        if self.kind in {"reward_model", "python"} and not self.path:
+            raise ValueError(f"grpo.reward_functions: kind {self.kind!r} needs a 'path'")
+        if self.kind == "python" and ":" not in (self.path or ""):
+            raise ValueError(f"grpo.reward_functions: python path {self.path!r} must be 'module:attribute'")
+        return self
+
+
+class GRPOConfig(StageConfig):
+    """Group-relative policy optimisation on prompts, scored by the configured reward functions."""
+
+    learning_rate: float = Field(5e-4, gt=0)
+    per_device_train_batch_size: int = Field(16, ge=1)
+    num_generations: int = Field(4, ge=2)
+    max_completion_length: int = Field(12, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference (0: no reference)")
+    loss_type: str = "dapo"
+    scale_rewards: str | bool = "group"
+    reward_functions: list[RewardFunctionSpec] = Field(
+        default_factory=lambda: [RewardFunctionSpec(kind="correctness"), RewardFunctionSpec(kind="format")],
+        min_length=1,
+    )
+    environment: str | None = Field(None, description="'module:attribute' of a TRL environment factory")
+
+    @model_validator(mode="after")
+    def _batch_fits_groups(self) -> GRPOConfig:
+        if self.per_device_train_batch_size % self.num_generations:
+            raise ValueError(
+                f"grpo.per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple "
+                "of "
+                f"grpo.num_generations ({self.num_generations})"
+            )
+        return self

@@ -1,0 +1,365 @@
+"""The pipeline's PPO stage, on alignflow's own PPO (:mod:`alignflow.rl.ppo`).
+
+TRL 1.x has no PPO trainer, so unlike the other stages this one drives
+:class:`~alignflow.rl.ppo.PPOTrainer` itself, one iteration at a time, which lets it keep
+the guarantees every stage gives:
+
+* checkpoints ``checkpoints/checkpoint-N`` are written into a staging folder and renamed
+  into place, so a crash (even SIGKILL) never leaves a half-written one; a second call on
+  the same ``output_dir`` resumes from the last one through ``PPOTrainer.load_checkpoint``
+  (policy, value head, optimiser, scheduler, RNGs, KL controller, prompt order);
+* per-iteration metrics go to the active MLflow run as ``train/...``;
+* the final policy is a plain ``AutoModelForCausalLM`` folder (safetensors + tokenizer)
+  under ``model/`` (the value head stays in the checkpoints).
+
+Rewards: the reward stage's model (text in, scalar out, normalised with its saved
+mean/std) and/or the demo task's verifiers, each with a weight.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+from transformers.trainer_utils import rotate_checkpoints
+
+from alignflow.data import demo
+from alignflow.data.snapshot import load_split
+from alignflow.models.factory import select_dtype
+from alignflow.models.prompting import format_prompt, generate
+from alignflow.models.reward_scorer import load_reward_scorer
+from alignflow.registry import tracking
+from alignflow.rl.ppo import PPOConfig, PPOTrainer
+from alignflow.training.grpo import _decode_prompt, prompt_rows
+from alignflow.training.ppo_config import REWARD_STAGE_REF, PPOStageConfig
+from alignflow.training.stage import (
+    CHECKPOINTS,
+    MODEL,
+    STAGING,
+    StageResult,
+    _fsync_dir,
+    finish_stage,
+    last_complete_checkpoint,
+    require_rows,
+    resolve_start_model,
+    seed_everything,
+    stage_seed,
+)
+
+Component = Callable[[list[Any], list[str], list[Mapping[str, Any]]], list[float]]
+
+
+# ---------------------------------------------------------------- rewards
+
+
+class StageReward:
+    """``reward_fn(prompts, responses, metadata)`` for PPOTrainer: a weighted sum of sources.
+
+    The trainer hands over the *formatted* prompts; the reward model must read the
+    original ones (it applies its own template), so they travel in ``metadata["prompt"]``.
+    The last batch's per-source means are kept for logging.
+    """
+
+    def __init__(self, components: dict[str, tuple[float, Component]]):
+        self.components = components
+        self.last: dict[str, float] = {}
+
+    def parts(
+        self, prompts: Sequence[Any], responses: Sequence[str], metadata: Sequence[Mapping[str, Any]]
+    ) -> dict[str, list[float]]:
+        return {
+            name: fn(list(prompts), list(responses), list(metadata))
+            for name, (_, fn) in self.components.items()
+        }
+
+    def __call__(self, prompts, responses, metadata) -> list[float]:
+        parts = self.parts(prompts, responses, metadata)
+        self.last = {name: sum(v) / max(len(v), 1) for name, v in parts.items()}
+        return [
+            sum(self.components[name][0] * parts[name][i] for name in parts) for i in range(len(responses))
+        ]
+
+
+def _correctness(prompts, responses, metadata) -> list[float]:
+    return [demo.correctness_reward(r, m["answer"]) for r, m in zip(responses, metadata, strict=True)]
+
+
+def _format(prompts, responses, metadata) -> list[float]:
+    return [demo.format_reward(r) for r in responses]
+
+
+def _reward_model(path: str, normalize: bool, device: torch.device) -> Component:
+    scorer = load_reward_scorer(path, normalize=normalize, device=device)
+
+    def score(prompts, responses, metadata) -> list[float]:
+        return scorer([m["prompt"] for m in metadata], list(responses))
+
+    return score
+
+
+def build_stage_reward(stage: PPOStageConfig, device: torch.device) -> StageReward:
+    """The configured reward sources; an unresolved ``@reward`` is an error, not a guess."""
+    components: dict[str, tuple[float, Component]] = {}
+    if stage.reward_model:
+        if stage.reward_model == REWARD_STAGE_REF:
+            raise ValueError(
+                f"ppo.reward_model is {REWARD_STAGE_REF!r}, which only the retraining flow resolves; "
+                "set it to a reward-stage model dir, or to null with ppo.verifiable_rewards"
+            )
+        components["reward_model"] = (
+            stage.weight("reward_model"),
+            _reward_model(stage.reward_model, stage.normalize_reward, device),
+        )
+    verifiers = {"correctness": _correctness, "format": _format}
+    for name in stage.verifiable_rewards:
+        components[name] = (stage.weight(name), verifiers[name])
+    return StageReward(components)
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def load_prompts(data_dir: str | Path, split: str, stage: PPOStageConfig) -> list[dict[str, Any]]:
+    """Distinct prompts of a split as ``{"prompt": original, "answer": ...}``."""
+    rows = [
+        {"prompt": _decode_prompt(r["raw_prompt"]), "answer": r["answer"]}
+        for r in prompt_rows(data_dir, split)
+    ]
+    if stage.verifiable_rewards:
+        for i, row in enumerate(rows):
+            if row["answer"] is None:
+                raise ValueError(
+                    f"{Path(data_dir) / f'{split}.parquet'}: prompt {i} ({str(row['prompt'])[:60]!r}) has no "
+                    f"metadata.answer, which ppo.verifiable_rewards {stage.verifiable_rewards} need"
+                )
+    return rows
+
+
+def fitting_prompts(
+    rows: list[dict[str, Any]], tokenizer: Any, stage: PPOStageConfig
+) -> list[dict[str, Any]]:
+    """Rows whose formatted prompt leaves room for ``max_new_tokens`` within ``max_length``."""
+    budget = stage.max_length - stage.max_new_tokens
+    kept = []
+    for row in rows:
+        text = format_prompt(tokenizer, row["prompt"])
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= budget:
+            kept.append(dict(row, text=text))
+    return kept
+
+
+# ---------------------------------------------------------------- trainer
+
+
+def ppo_config(stage: PPOStageConfig, seed: int, checkpoints_dir: Path) -> PPOConfig:
+    """The stage's knobs in :class:`PPOConfig`'s names (``extra_args`` may set any other)."""
+    fields = dict(
+        learning_rate=stage.learning_rate,
+        batch_size=stage.per_device_train_batch_size,
+        mini_batch_size=stage.mini_batch_size,
+        gradient_accumulation_steps=stage.gradient_accumulation_steps,
+        num_epochs=stage.ppo_epochs,
+        clip_param=stage.clip_range,
+        value_clip=stage.value_clip,
+        value_loss_coef=stage.value_loss_coef,
+        entropy_coef=stage.entropy_coef,
+        gamma=stage.gamma,
+        gae_lambda=stage.lam,
+        kl_coef=stage.init_kl_coef,
+        use_adaptive_kl=stage.adaptive_kl,
+        target_kl=stage.target_kl,
+        kl_horizon=stage.kl_horizon,
+        max_grad_norm=stage.max_grad_norm,
+        max_new_tokens=stage.max_new_tokens,
+        temperature=stage.temperature,
+        num_iterations=stage.max_steps,
+        save_every=0,  # the stage saves (atomically) itself
+        output_dir=str(checkpoints_dir),
+        seed=seed,
+    )
+    unknown = sorted(set(stage.extra_args) - set(PPOConfig.model_fields))
+    if unknown:
+        raise ValueError(f"ppo.extra_args: {unknown} are not PPOConfig fields")
+    try:
+        return PPOConfig(**{**fields, **stage.extra_args})
+    except ValueError as exc:
+        raise ValueError(f"ppo: invalid PPO settings: {exc}") from exc
+
+
+def optimizer_steps_per_iteration(cfg: PPOConfig) -> int:
+    micro = cfg.num_epochs * math.ceil(cfg.batch_size / cfg.mini_batch_size)
+    return math.ceil(micro / cfg.gradient_accumulation_steps)
+
+
+def build_trainer(stage: PPOStageConfig, cfg: PPOConfig, start: str, dtype: torch.dtype) -> PPOTrainer:
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype, use_safetensors=True)
+    if stage.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    trainer = PPOTrainer(cfg, model, tokenizer)
+    trainer.optimizer = torch.optim.AdamW(
+        trainer.model.parameters(), lr=cfg.learning_rate, weight_decay=stage.weight_decay
+    )
+    total = stage.max_steps * optimizer_steps_per_iteration(cfg)
+    trainer.scheduler = get_scheduler(
+        stage.lr_scheduler_type,
+        trainer.optimizer,
+        num_warmup_steps=math.ceil(stage.warmup_ratio * total),
+        num_training_steps=total,
+    )
+    return trainer
+
+
+def save_checkpoint_atomically(trainer: PPOTrainer, checkpoints_dir: Path, keep: int | None) -> Path:
+    """``checkpoint-N`` appears only once complete: written to staging, then renamed."""
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    staging = checkpoints_dir / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.save_checkpoint(staging)
+    final = checkpoints_dir / f"checkpoint-{trainer.iteration}"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    _fsync_dir(checkpoints_dir)
+    rotate_checkpoints(output_dir=str(checkpoints_dir), save_total_limit=keep)
+    return final
+
+
+def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:
+    """The trained policy (no value head) + tokenizer as a plain transformers folder."""
+    target, staging = output_dir / MODEL, output_dir / ".model.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.model.base_model.save_pretrained(staging, safe_serialization=True)
+    trainer.tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.replace(target)
+    return target
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def greedy_rewards(
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], reward: StageReward, stage: PPOStageConfig
+) -> dict[str, float]:
+    """Mean reward (total and per source) of greedy completions of ``rows``."""
+    prompts = [r["prompt"] for r in rows]
+    completions = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=stage.max_new_tokens,
+        batch_size=stage.per_device_eval_batch_size,
+    )
+    metadata = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
+    total = reward(prompts, completions, metadata)
+    return {"reward": sum(total) / len(total), **reward.last}
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def _iteration_metrics(metrics: Mapping[str, Any], reward: StageReward, seconds: float) -> dict[str, float]:
+    named = {f"train/{k}": v for k, v in metrics.items() if k != "iteration"}
+    named.update({f"train/reward/{k}": v for k, v in reward.last.items()})
+    named["train/iteration_seconds"] = seconds
+    return named
+
+
+def train_iterations(
+    trainer: PPOTrainer,
+    stage: PPOStageConfig,
+    rows: list[dict[str, Any]],
+    reward: StageReward,
+    checkpoints_dir: Path,
+) -> None:
+    """PPOTrainer's prompt loop, logging ``train/...`` and checkpointing atomically."""
+    texts = [r["text"] for r in rows]
+    metadata = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
+    while trainer.iteration < stage.max_steps:
+        started = time.perf_counter()
+        rollout = trainer.collect_from_prompts(texts, reward, metadata)
+        step = {**trainer.optimize(rollout), **rollout.metrics}
+        trainer.iteration += 1
+        step["iteration"] = trainer.iteration
+        trainer.history.append(step)
+        last = trainer.iteration == stage.max_steps
+        if trainer.iteration % stage.logging_steps == 0 or last:
+            seconds = time.perf_counter() - started
+            tracking.log_metrics(_iteration_metrics(step, reward, seconds), step=trainer.iteration)
+        if trainer.iteration % stage.save_steps == 0 or last:
+            save_checkpoint_atomically(trainer, checkpoints_dir, stage.save_total_limit)
+
+
+def run_ppo(
+    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+) -> StageResult:
+    """PPO from ``model_path`` (the SFT policy) or the base model on the train prompts.
+
+    Metrics: greedy mean reward on the eval prompts before and after (``eval/reward_before``,
+    ``eval/reward``, and per source), the last iteration's KL and coefficient, the
+    iterations done (``global_step``).
+    """
+    stage: PPOStageConfig = config.ppo
+    if config.model.lora.enabled:
+        raise ValueError("ppo: LoRA/QLoRA is not supported by the PPO stage; set model.lora.enabled=false")
+    seed = stage_seed(stage, config.seed)
+    seed_everything(seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints_dir = output_dir / CHECKPOINTS
+
+    cfg = ppo_config(stage, seed, checkpoints_dir)
+    reward = build_stage_reward(
+        stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    )
+    train_rows = require_rows(load_prompts(data_dir, "train", stage), data_dir, "train", "prompt")
+    eval_rows = load_prompts(data_dir, "eval", stage)[: stage.eval_max_rows or None]
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    dtype = torch.float32 if config.model.dtype == "auto" else select_dtype(config.model)
+    trainer = build_trainer(stage, cfg, start, dtype)
+    train_rows = fitting_prompts(train_rows, trainer.tokenizer, stage)
+    if not train_rows:
+        raise ValueError(
+            f"{data_dir}/train.parquet: no prompt fits ppo.max_length ({stage.max_length} tokens)"
+        )
+    eval_rows = fitting_prompts(eval_rows, trainer.tokenizer, stage)
+
+    metrics: dict[str, float] = {"train/prompts": float(len(train_rows))}
+    if eval_rows:
+        before = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
+        metrics.update({f"eval/{k}_before": v for k, v in before.items()})
+
+    checkpoint = last_complete_checkpoint(checkpoints_dir) if stage.resume else None
+    if checkpoint is not None:
+        trainer.load_checkpoint(checkpoint)
+    else:
+        tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
+
+    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir)
+
+    if eval_rows:
+        after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
+        metrics.update({f"eval/{k}": v for k, v in after.items()})
+    last = trainer.history[-1] if trainer.history else {}
+    metrics.update(
+        {
+            "global_step": float(trainer.iteration),
+            "train/kl": float(last.get("objective/kl", 0.0)),
+            "train/kl_coef": float(trainer.kl_ctl.value),
+            "train/reward_mean": float(last.get("reward/mean", 0.0)),
+        }
+    )
+    model_dir = save_policy(trainer, output_dir)
+    return finish_stage("ppo", output_dir, model_dir, metrics, str(checkpoint) if checkpoint else None)

@@ -1,0 +1,32 @@
+"""Typed configuration of the reward-model stage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from alignflow.training.stage_config import StageConfig
+
+
+class Objective(BaseModel):
+    """One head of a multi-objective reward model; the scalar reward is the weighted sum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "reward"
+    weight: float = 1.0
+
+
+class RewardConfig(StageConfig):
+    """A reward model: Bradley-Terry on pairs, or regression on scores in [0, 1]."""
+
+    mode: Literal["pairwise", "regression"] = "pairwise"
+    backbone: str = Field(
+        "policy",
+        description="'policy' (the model section's family), 'minilm' (packaged encoder), a path or hub id",
+    )
+    objectives: list[Objective] = Field(default_factory=lambda: [Objective()], min_length=1)
+    center_rewards_coefficient: float | None = Field(None, ge=0.0)
+    use_margin: bool = Field(False, description="pairwise: subtract each pair's margin inside the sigmoid")
+    stats_max_rows: int = Field(1024, ge=1, description="train rows used for the saved reward mean/std")

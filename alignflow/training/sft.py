@@ -1,0 +1,107 @@
+"""Supervised fine-tuning (TRL SFTTrainer): teaches a from-scratch policy the task and format.
+
+Each training row is ``format_prompt(prompt)`` followed by the preferred response, so the
+policy learns the same prompt rendering that DPO, GRPO, PPO and evaluation use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTConfig as TRLSFTConfig
+from trl import SFTTrainer
+
+from alignflow.data.snapshot import load_split
+from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.training.stage import (
+    AtomicCheckpointMixin,
+    StageResult,
+    TrackingCallback,
+    filter_known_args,
+    finish_stage,
+    require_rows,
+    resolve_start_model,
+    save_final_model,
+    seed_everything,
+    stage_seed,
+    train_with_resume,
+    trainer_arguments,
+)
+
+
+class AlignflowSFTTrainer(AtomicCheckpointMixin, SFTTrainer):
+    """TRL's SFTTrainer with atomic checkpoints."""
+
+
+def sft_examples(data_dir: str | Path, split: str, min_score: float) -> list[dict[str, Any]]:
+    """What SFT imitates: each pair's chosen response, and scored responses >= ``min_score``."""
+    try:
+        pairs = load_split(data_dir, split, kind="pair")
+        scored = load_split(data_dir, split, kind="scored")
+    except FileNotFoundError:
+        if split == "train":
+            raise
+        return []
+    rows = [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
+    good = [r for r in scored if r["score"] >= min_score]
+    rows += [{"prompt": r["prompt"], "completion": r["completion"]} for r in good]
+    return rows
+
+
+def to_text_dataset(rows: list[dict[str, Any]], tokenizer: Any) -> Dataset:
+    """Prompt-completion rows rendered as the policy sees them."""
+    return Dataset.from_list(
+        [
+            {"prompt": format_prompt(tokenizer, r["prompt"]), "completion": completion_text(r["completion"])}
+            for r in rows
+        ]
+    )
+
+
+def run_sft(
+    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+) -> StageResult:
+    """Train a policy on the preferred responses; returns eval loss before and after."""
+    stage = config.sft
+    seed = stage_seed(stage, config.seed)
+    seed_everything(seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    train_rows = sft_examples(data_dir, "train", stage.min_score)
+    require_rows(train_rows, data_dir, "train", "pair/scored")
+    eval_rows = sft_examples(data_dir, "eval", stage.min_score)[: stage.eval_max_rows or None]
+
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
+    train_ds, eval_ds = to_text_dataset(train_rows, tokenizer), to_text_dataset(eval_rows, tokenizer)
+
+    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=bool(eval_rows))
+    kwargs.update(
+        max_length=stage.max_length,
+        completion_only_loss=stage.completion_only_loss,
+        packing=stage.packing,
+        dataset_num_proc=None,
+    )
+    trainer = AlignflowSFTTrainer(
+        model=model,
+        args=TRLSFTConfig(**filter_known_args(TRLSFTConfig, kwargs)),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds if eval_rows else None,
+        processing_class=tokenizer,
+        peft_config=peft_config(config.model),
+        callbacks=[TrackingCallback({"sft": stage.model_dump(), "model": config.model.model_dump()})],
+    )
+    metrics: dict[str, float] = {}
+    if eval_rows:
+        metrics["eval_loss_before"] = trainer.evaluate()["eval_loss"]
+    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
+    metrics["train_loss"] = output.training_loss
+    if eval_rows:
+        metrics["eval_loss"] = trainer.evaluate()["eval_loss"]
+    model_dir = save_final_model(trainer, output_dir)
+    return finish_stage("sft", output_dir, model_dir, metrics, resumed_from)

@@ -1,0 +1,49 @@
+"""Learning tests: each stage moves its metric the right way on the demo task."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_sft_lowers_eval_loss(sft_result):
+    m = sft_result.metrics
+    assert m["eval_loss"] < 0.5 * m["eval_loss_before"]
+    assert (tmp := sft_result.model_dir) and (__import__("pathlib").Path(tmp) / "model.safetensors").exists()
+
+
+def test_reward_model_ranks_held_out_pairs(sft_result, demo_snapshot, demo_config, tmp_path):
+    from alignflow.models.reward_scorer import load_reward_scorer
+    from alignflow.training.reward import run_reward
+
+    config = demo_config("reward.save_steps=1000")
+    result = run_reward(config, demo_snapshot, tmp_path, model_path=sft_result.model_dir)
+    m = result.metrics
+    assert m["eval/accuracy"] >= 0.8, m
+    assert 0.0 <= m["eval/ece"] <= 1.0 and m["eval/margin_mean"] > 0
+    scorer = load_reward_scorer(result.model_dir)
+    assert scorer.meta.std == pytest.approx(m["train/reward_std"])
+    good, bad = scorer(["What is 2 plus 3?"] * 2, ["The answer is 5.", "I think 9"])
+    assert good > bad
+
+
+def test_dpo_beats_its_sft_reference(sft_result, demo_snapshot, demo_config, task_accuracy_of, tmp_path):
+    from alignflow.training.dpo import run_dpo
+
+    result = run_dpo(
+        demo_config("dpo.save_steps=1000"), demo_snapshot, tmp_path, model_path=sft_result.model_dir
+    )
+    assert result.metrics["eval/rewards/accuracies"] > 0.5
+    assert result.metrics["eval/rewards/accuracies"] > result.metrics["eval/before_rewards/accuracies"]
+    sft_acc, dpo_acc = task_accuracy_of(sft_result.model_dir), task_accuracy_of(result.model_dir)
+    assert dpo_acc > sft_acc, (sft_acc, dpo_acc)
+
+
+def test_grpo_raises_verifiable_reward(sft_result, demo_snapshot, demo_config, tmp_path):
+    from alignflow.training.grpo import run_grpo
+
+    result = run_grpo(
+        demo_config("grpo.save_steps=1000"), demo_snapshot, tmp_path, model_path=sft_result.model_dir
+    )
+    assert result.metrics["eval/reward"] > result.metrics["eval/reward_before"], result.metrics

@@ -1,0 +1,241 @@
+"""The pipeline's PPO stage: config, reward sources, learning, tracking, crash-safe resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from alignflow.config import ConfigError
+from alignflow.training.ppo import StageReward, build_stage_reward, load_prompts, ppo_config, run_ppo
+
+REPO = Path(__file__).resolve().parents[2]
+VERIFIERS = ["ppo.reward_model=null", "ppo.verifiable_rewards=[correctness,format]"]
+
+
+# ---------------------------------------------------------------- config and rewards (fast)
+
+
+def test_ppo_names_and_stage_names_set_the_same_knobs(demo_config):
+    by_ppo = demo_config(*VERIFIERS, "ppo.iterations=7", "ppo.batch_size=12", "ppo.save_every=3").ppo
+    by_stage = demo_config(
+        *VERIFIERS, "ppo.max_steps=7", "ppo.per_device_train_batch_size=12", "ppo.save_steps=3"
+    )
+    assert by_ppo == by_stage.ppo
+    assert (by_ppo.max_steps, by_ppo.per_device_train_batch_size, by_ppo.save_steps) == (7, 12, 3)
+    cfg = ppo_config(by_ppo.model_copy(update={"mini_batch_size": 4}), seed=5, checkpoints_dir=Path("x"))
+    assert (cfg.num_iterations, cfg.batch_size, cfg.mini_batch_size, cfg.seed) == (7, 12, 4, 5)
+    assert cfg.save_every == 0  # the stage checkpoints, atomically, not the trainer
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("ppo.reward_model=null", "no reward source"),
+        ("ppo.reward_weights={bogus: 1.0}", "unknown source"),
+        ("ppo.verifiable_rewards=[length]", "verifiable_rewards"),
+        ("ppo.max_new_tokens=300", "max_new_tokens"),
+        ("ppo.clip_rnge=0.1", "clip_rnge"),
+    ],
+)
+def test_bad_ppo_config_is_rejected_naming_the_key(demo_config, override, message):
+    with pytest.raises(ConfigError, match=message):
+        demo_config(override)
+
+
+def test_extra_args_must_be_ppo_config_fields(demo_config):
+    stage = demo_config(*VERIFIERS, "ppo.extra_args={top_k: 5}").ppo
+    assert ppo_config(stage, 0, Path("x")).top_k == 5
+    with pytest.raises(ValueError, match=r"ppo.extra_args: \['nope'\]"):
+        ppo_config(demo_config(*VERIFIERS, "ppo.extra_args={nope: 1}").ppo, 0, Path("x"))
+
+
+def test_unresolved_reward_stage_reference_is_an_error(demo_config, demo_snapshot, tmp_path):
+    config = demo_config()
+    assert config.ppo.reward_model == "@reward"
+    with pytest.raises(ValueError, match="only the retraining flow resolves"):
+        run_ppo(config, demo_snapshot, tmp_path)
+    assert not (tmp_path / "model").exists()
+
+
+def test_verifiers_need_each_prompts_answer(demo_config, tmp_path):
+    from alignflow.data.snapshot import write_split
+
+    rows = [
+        {"id": "a", "kind": "prompt", "prompt": "What is 1 plus 2?", "metadata": {"answer": 3}},
+        {"id": "b", "kind": "prompt", "prompt": "Say hello", "metadata": {}},
+    ]
+    write_split(tmp_path, "train", rows)
+    stage = demo_config(*VERIFIERS).ppo
+    with pytest.raises(ValueError, match=r"train\.parquet: prompt 1 \('Say hello'\) has no metadata\.answer"):
+        load_prompts(tmp_path, "train", stage)
+    only_format = stage.model_copy(update={"verifiable_rewards": []})
+    assert [r["answer"] for r in load_prompts(tmp_path, "train", only_format)] == [3, None]
+
+
+def test_stage_reward_is_the_weighted_sum_of_its_sources(demo_config):
+    stage = demo_config(*VERIFIERS, "ppo.reward_weights={format: 0.5}").ppo
+    reward = build_stage_reward(stage, torch.device("cpu"))
+    assert isinstance(reward, StageReward) and list(reward.components) == ["correctness", "format"]
+    meta = [{"prompt": "What is 3 plus 4?", "answer": 7}] * 3
+    responses = ["The answer is 7.", "The answer is 8.", "seven"]
+    assert reward(["p"] * 3, responses, meta) == pytest.approx([1.5, 0.5, 0.0])
+    assert reward.last == pytest.approx({"correctness": 1 / 3, "format": 2 / 3})
+
+
+# ---------------------------------------------------------------- training (slow)
+
+
+def _ppo_overrides(*extra: str) -> list[str]:
+    return [
+        *VERIFIERS,
+        "ppo.batch_size=16",
+        "ppo.mini_batch_size=8",
+        "ppo.learning_rate=3e-4",
+        "ppo.max_new_tokens=8",
+        "ppo.eval_max_rows=48",
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
+    demo_config, demo_snapshot, sft_result, tmp_path
+):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from transformers import AutoModelForCausalLM
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    config = demo_config(*_ppo_overrides("ppo.iterations=24", "ppo.save_every=8"))
+    try:
+        experiment = mlflow.create_experiment("ppo", artifact_location=(tmp_path / "art").as_uri())
+        with mlflow.start_run(experiment_id=experiment) as run:
+            result = run_ppo(config, demo_snapshot, tmp_path / "ppo", model_path=sft_result.model_dir)
+    finally:
+        mlflow.set_tracking_uri(previous)
+    assert (tmp_path / "art" / run.info.run_id / "artifacts" / "ppo" / "model" / "model.safetensors").exists()
+
+    client = MlflowClient(uri)
+    history = client.get_metric_history(run.info.run_id, "train/reward/mean")
+    rewards = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(1, 25))
+    early, late = sum(rewards[:6]) / 6, sum(rewards[-6:]) / 6
+    assert late > early + 0.15, f"sampled reward did not rise: {early:.3f} -> {late:.3f}"
+    logged = client.get_run(run.info.run_id).data
+    assert {"train/objective/kl", "train/reward/correctness", "train/reward/format"} <= set(logged.metrics)
+    assert logged.params["ppo.max_steps"] == "24"
+    assert logged.metrics["ppo/global_step"] == 24
+    # greedy eval reward is measured before and after (it is not what PPO optimises: sampled reward is)
+    assert {"eval/reward_before", "eval/reward", "eval/correctness", "eval/format"} <= set(result.metrics)
+    assert abs(result.metrics["train/kl"]) < 5.0
+
+    assert json.loads((tmp_path / "ppo" / "result.json").read_text())["stage"] == "ppo"
+    names = sorted(p.name for p in (tmp_path / "ppo" / "checkpoints").iterdir())
+    assert names == ["checkpoint-16", "checkpoint-24"]  # save_total_limit=2, no staging leftovers
+    model_dir = Path(result.model_dir)
+    assert not list(model_dir.glob("value_head*")) and not list(model_dir.glob("*.bin"))
+    policy = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
+    trained = load_file(model_dir / "model.safetensors")
+    start = load_file(Path(sft_result.model_dir) / "model.safetensors")
+    assert any(not torch.equal(trained[k], start[k]) for k in start)
+    assert (
+        policy.config.vocab_size
+        == AutoModelForCausalLM.from_pretrained(sft_result.model_dir).config.vocab_size
+    )
+
+
+@pytest.mark.slow
+def test_ppo_stage_scores_with_a_reward_stage_model(demo_config, demo_snapshot, sft_result, tmp_path):
+    """What the retraining flow does: the reward stage's model dir in ppo.reward_model."""
+    from alignflow.models.reward_scorer import RewardMeta
+    from alignflow.training.reward import run_reward
+
+    reward_config = demo_config("reward.max_steps=10", "reward.save_steps=1000", "reward.eval_max_rows=32")
+    reward = run_reward(reward_config, demo_snapshot, tmp_path / "reward", model_path=sft_result.model_dir)
+    meta = RewardMeta.load(reward.model_dir)
+    config = demo_config(
+        *_ppo_overrides("ppo.iterations=2", "ppo.eval_max_rows=16"),
+        f"ppo.reward_model={reward.model_dir}",
+        "ppo.verifiable_rewards=[format]",
+    )
+    result = run_ppo(config, demo_snapshot, tmp_path / "ppo", model_path=sft_result.model_dir)
+    assert {"eval/reward_model_before", "eval/format_before", "eval/reward_model"} <= set(result.metrics)
+    assert result.metrics["eval/reward_before"] == pytest.approx(
+        result.metrics["eval/reward_model_before"] + result.metrics["eval/format_before"]
+    )
+    assert meta.std > 0 and result.metrics["global_step"] == 2
+
+
+# ---------------------------------------------------------------- crash safety (slow)
+
+RESUME_SCRIPT = """
+import sys
+from alignflow.config import load_config
+from alignflow.training.ppo import run_ppo
+data_dir, output_dir, model_path, *overrides = sys.argv[1:]
+run_ppo(load_config({config!r}, overrides), data_dir, output_dir, model_path=model_path)
+"""
+
+
+def _ppo_command(data_dir: Path, output_dir: Path, model_dir: str) -> list[str]:
+    overrides = _ppo_overrides(
+        "ppo.iterations=6", "ppo.batch_size=8", "ppo.mini_batch_size=4", "ppo.save_every=2",
+        "ppo.save_total_limit=null", "ppo.eval_max_rows=8",
+    )  # fmt: skip
+    script = RESUME_SCRIPT.format(config=str(REPO / "configs" / "demo.yaml"))
+    return [sys.executable, "-c", script, str(data_dir), str(output_dir), model_dir, *overrides]
+
+
+def _run_to_end(command: list[str]) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((Path(command[4]) / "result.json").read_text())
+
+
+def _kill_after(command: list[str], checkpoint: Path) -> None:
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the stage finished before it could be killed"
+
+
+@pytest.mark.slow
+def test_sigkilled_ppo_stage_resumes_to_the_same_policy(demo_snapshot, sft_result, tmp_path):
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    _kill_after(
+        _ppo_command(demo_snapshot, killed, sft_result.model_dir), killed / "checkpoints" / "checkpoint-2"
+    )
+    assert not (killed / "result.json").exists()
+    resumed = _run_to_end(_ppo_command(demo_snapshot, killed, sft_result.model_dir))
+    reference = _run_to_end(_ppo_command(demo_snapshot, straight, sft_result.model_dir))
+
+    step = int(resumed["resumed_from"].rsplit("-", 1)[1])
+    assert 2 <= step < 6 and reference["resumed_from"] is None
+    assert resumed["metrics"] == pytest.approx(reference["metrics"], rel=1e-4, abs=1e-6)
+    last = "checkpoints/checkpoint-6/trainer_state.json"
+    history_a = json.loads((killed / last).read_text())["history"]
+    history_b = json.loads((straight / last).read_text())["history"]
+    assert len(history_a) == len(history_b) == 6
+    for a, b in zip(history_a, history_b, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    a, b = (
+        load_file(killed / "model" / "model.safetensors"),
+        load_file(straight / "model" / "model.safetensors"),
+    )
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)

@@ -1,0 +1,62 @@
+"""The shared stage pieces: checkpoint completeness, scored->pair derivation, config checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alignflow.config import ConfigError, load_config
+from alignflow.training.stage import last_complete_checkpoint, metric_names, pairs_from_scored
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _checkpoint(root: Path, step: int, complete: bool) -> Path:
+    path = root / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"x")
+    if complete:
+        (path / "trainer_state.json").write_text("{}")
+    return path
+
+
+def test_last_complete_checkpoint_skips_partial_ones_and_cleans_staging(tmp_path):
+    _checkpoint(tmp_path, 10, complete=True)
+    _checkpoint(tmp_path, 20, complete=False)
+    (tmp_path / ".staging" / "checkpoint-30").mkdir(parents=True)
+    assert last_complete_checkpoint(tmp_path).name == "checkpoint-10"
+    assert not (tmp_path / ".staging").exists()
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+
+
+def test_pairs_from_scored_prefers_the_higher_score_per_prompt():
+    rows = [
+        {"id": "a", "prompt": "p", "completion": "good", "score": 0.9},
+        {"id": "b", "prompt": "p", "completion": "bad", "score": 0.1},
+        {"id": "c", "prompt": "p", "completion": "tie", "score": 0.1},
+        {"id": "d", "prompt": "q", "completion": "alone", "score": 1.0},
+    ]
+    pairs = pairs_from_scored(rows)
+    assert {(p["chosen"], p["rejected"]) for p in pairs} == {("good", "bad"), ("good", "tie")}
+    assert all(p["margin"] == pytest.approx(0.8) for p in pairs)
+
+
+def test_metric_names_are_scoped():
+    named = metric_names({"loss": 1.0, "eval_loss": 2.0, "rewards/accuracies": 0.7})
+    assert named == {"train/loss": 1.0, "eval/loss": 2.0, "train/rewards/accuracies": 0.7}
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_config_preset_loads(path):
+    config = load_config(path)
+    assert config.sft.max_steps >= 1 and config.grpo.num_generations >= 2
+
+
+def test_bad_stage_values_name_the_key():
+    with pytest.raises(ConfigError, match="loss_type"):
+        load_config(None, ["dpo.loss_type=nonsense"])
+    with pytest.raises(ConfigError, match="num_generations"):
+        load_config(None, ["grpo.per_device_train_batch_size=6", "grpo.num_generations=4"])
+    with pytest.raises(ConfigError, match="path"):
+        load_config(None, ["grpo.reward_functions=[{kind: python}]"])
