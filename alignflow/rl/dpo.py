@@ -1,0 +1,360 @@
+"""Direct Preference Optimisation (Rafailov et al. 2023) as a small, readable trainer.
+
+The policy is pushed to raise ``beta * (log pi/pi_ref)(chosen) - (same)(rejected)``.
+Sequence log-probs are sums over completion tokens, as in TRL, so the loss here equals
+TRL's DPOTrainer loss on identical log-probs (checked in tests/rl/test_dpo.py against
+TRL's own ``_compute_loss``). Loss types:
+
+- ``sigmoid``: ``-(1-e) log s(b*d) - e log s(-b*d)``; with label smoothing ``e > 0``
+  this is conservative DPO (labels flipped with probability ``e``); ``e = 0`` is DPO;
+- ``robust``: the unbiased noisy-label estimator (Chowdhury et al. 2024);
+- ``hinge``: ``relu(1 - b*d)`` (SLiC);
+- ``ipo``: ``(d_avg - 1/(2b))^2`` with per-token averaged log-ratios (Azar et al. 2023).
+
+``reference_free=True`` drops the reference model (its log-probs are taken as 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+from alignflow.registry.tracking import log_metrics
+from alignflow.rl.functional import sequence_logprobs
+
+LOSS_TYPES = ("sigmoid", "robust", "hinge", "ipo")
+
+
+@dataclass
+class DPOConfig:
+    """DPO hyper-parameters, sequence limits and checkpointing."""
+
+    model_name: str | None = None
+    learning_rate: float = 1e-6
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 2
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    reference_free: bool = False
+    loss_type: str = "sigmoid"
+    num_epochs: int = 1
+    max_grad_norm: float = 1.0
+    warmup_ratio: float = 0.1
+    max_length: int = 512
+    max_prompt_length: int = 256
+    eval_every: int = 100
+    save_every: int = 500
+    output_dir: str | None = None
+    seed: int = 0
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.beta <= 0:
+            raise ValueError(f"DPOConfig.beta must be positive, got {self.beta}")
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"DPOConfig.label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"DPOConfig.loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.max_prompt_length >= self.max_length:
+            raise ValueError("DPOConfig.max_prompt_length must be smaller than max_length")
+        if self.batch_size < 1 or self.gradient_accumulation_steps < 1:
+            raise ValueError("DPOConfig.batch_size and gradient_accumulation_steps must be >= 1")
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor | None = None,
+    ref_rejected_logps: torch.Tensor | None = None,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+    loss_type: str = "sigmoid",
+    chosen_lengths: torch.Tensor | None = None,
+    rejected_lengths: torch.Tensor | None = None,
+):
+    """Per-pair losses and the implicit rewards ``beta * log(pi/pi_ref)`` of both sides.
+
+    Missing reference log-probs mean reference-free DPO. ``ipo`` needs the completion
+    lengths to average the log-ratios per token.
+    """
+    zeros = torch.zeros_like(policy_chosen_logps)
+    ref_chosen = zeros if ref_chosen_logps is None else ref_chosen_logps
+    ref_rejected = zeros if ref_rejected_logps is None else ref_rejected_logps
+    chosen_logratios = policy_chosen_logps - ref_chosen
+    rejected_logratios = policy_rejected_logps - ref_rejected
+    delta = chosen_logratios - rejected_logratios
+    if loss_type == "sigmoid":
+        losses = -(1 - label_smoothing) * F.logsigmoid(beta * delta) - label_smoothing * F.logsigmoid(
+            -beta * delta
+        )
+    elif loss_type == "robust":
+        clean = -(1 - label_smoothing) * F.logsigmoid(beta * delta)
+        flipped = -label_smoothing * F.logsigmoid(-beta * delta)
+        losses = (clean - flipped) / (1 - 2 * label_smoothing)
+    elif loss_type == "hinge":
+        losses = torch.relu(1 - beta * delta)
+    elif loss_type == "ipo":
+        if chosen_lengths is None or rejected_lengths is None:
+            raise ValueError("dpo_loss: loss_type='ipo' needs chosen_lengths and rejected_lengths")
+        avg = chosen_logratios / chosen_lengths.clamp_min(
+            1
+        ) - rejected_logratios / rejected_lengths.clamp_min(1)
+        losses = (avg - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"dpo_loss: unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
+    return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+
+
+def _check_texts(name: str, texts: Sequence[str]) -> None:
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"PreferenceDataset: {name}[{i}] must be a non-empty string, got {text!r}")
+
+
+class PreferenceDataset(Dataset):
+    """Tokenised (prompt, chosen, rejected) triples with completion masks.
+
+    The prompt keeps its last ``max_prompt_length`` tokens (the end of a prompt matters
+    most); each response is cut to fit ``max_length`` and ends with EOS when it fits.
+    """
+
+    def __init__(
+        self,
+        prompts: Sequence[str],
+        chosen: Sequence[str],
+        rejected: Sequence[str],
+        tokenizer,
+        max_length: int = 512,
+        max_prompt_length: int = 256,
+    ):
+        if not len(prompts) == len(chosen) == len(rejected):
+            raise ValueError(
+                f"PreferenceDataset: prompts, chosen and rejected differ in length "
+                f"({len(prompts)}, {len(chosen)}, {len(rejected)})"
+            )
+        if not prompts:
+            raise ValueError("PreferenceDataset: no preference pairs given")
+        for name, texts in (("prompts", prompts), ("chosen", chosen), ("rejected", rejected)):
+            _check_texts(name, texts)
+        if max_prompt_length >= max_length:
+            raise ValueError("PreferenceDataset: max_prompt_length must be smaller than max_length")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.max_prompt_length = max_prompt_length
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        self.items = [self._encode(p, c, r) for p, c, r in zip(prompts, chosen, rejected, strict=True)]
+
+    def _encode(self, prompt: str, chosen: str, rejected: str) -> dict[str, list[int]]:
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"][-self.max_prompt_length :]
+        item = {}
+        for side, text in (("chosen", chosen), ("rejected", rejected)):
+            response = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if self.tokenizer.eos_token_id is not None:
+                response = response + [self.tokenizer.eos_token_id]
+            response = response[: self.max_length - len(prompt_ids)]
+            item[f"{side}_input_ids"] = prompt_ids + response
+            item[f"{side}_completion_mask"] = [0] * len(prompt_ids) + [1] * len(response)
+        return item
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return self.items[index]
+
+    def collate(self, batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        """Right-pad chosen and rejected sequences to one common length."""
+        width = max(len(item[f"{side}_input_ids"]) for item in batch for side in ("chosen", "rejected"))
+        out: dict[str, torch.Tensor] = {}
+        for side in ("chosen", "rejected"):
+            ids, attention, completion = [], [], []
+            for item in batch:
+                seq, comp = item[f"{side}_input_ids"], item[f"{side}_completion_mask"]
+                pad = width - len(seq)
+                ids.append(seq + [self.pad_token_id] * pad)
+                attention.append([1] * len(seq) + [0] * pad)
+                completion.append(comp + [0] * pad)
+            out[f"{side}_input_ids"] = torch.tensor(ids)
+            out[f"{side}_attention_mask"] = torch.tensor(attention)
+            out[f"{side}_completion_mask"] = torch.tensor(completion)
+        return out
+
+
+def completion_logps(model, batch: dict[str, torch.Tensor]):
+    """Summed completion log-probs of chosen and rejected, from one concatenated forward."""
+    ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
+    attention = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
+    completion = torch.cat([batch["chosen_completion_mask"], batch["rejected_completion_mask"]])
+    token_logps = sequence_logprobs(model, ids, attention)
+    logps = (token_logps * completion[:, 1:].to(token_logps.dtype)).sum(-1)
+    return logps.chunk(2)
+
+
+class DPOTrainer:
+    """Trains a causal LM on a :class:`PreferenceDataset` with the DPO family of losses."""
+
+    def __init__(self, config: DPOConfig, tokenizer=None, model=None, ref_model=None):
+        if model is None and not config.model_name:
+            raise ValueError("DPOTrainer needs a model or DPOConfig.model_name")
+        self.config = config
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(config.model_name, use_safetensors=True)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(config.model_name)
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        if config.reference_free:
+            self.ref_model = None
+        else:
+            self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).to(self.device)
+            self.ref_model.eval().requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+        self.scheduler = None
+        self.global_step = 0
+        self.history: list[dict[str, float]] = []
+
+    def make_dataset(self, prompts, chosen, rejected) -> PreferenceDataset:
+        cfg = self.config
+        return PreferenceDataset(
+            prompts, chosen, rejected, self.tokenizer, cfg.max_length, cfg.max_prompt_length
+        )
+
+    def _to_device(self, batch):
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]):
+        """Mean DPO loss of a collated batch and its metrics."""
+        batch = self._to_device(batch)
+        chosen, rejected = completion_logps(self.model, batch)
+        ref_chosen = ref_rejected = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_chosen, ref_rejected = completion_logps(self.ref_model, batch)
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            beta=self.config.beta,
+            label_smoothing=self.config.label_smoothing,
+            loss_type=self.config.loss_type,
+            chosen_lengths=batch["chosen_completion_mask"].sum(-1),
+            rejected_lengths=batch["rejected_completion_mask"].sum(-1),
+        )
+        metrics = {
+            "rewards/chosen": chosen_rewards.mean().item(),
+            "rewards/rejected": rejected_rewards.mean().item(),
+            "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+            "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+            "logps/chosen": chosen.detach().mean().item(),
+            "logps/rejected": rejected.detach().mean().item(),
+        }
+        return losses.mean(), metrics
+
+    def _loader(self, dataset: PreferenceDataset, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return DataLoader(
+            dataset,
+            batch_size=self.config.batch_size,
+            shuffle=shuffle,
+            collate_fn=dataset.collate,
+            generator=generator if shuffle else None,
+        )
+
+    @torch.no_grad()
+    def evaluate(self, dataset: PreferenceDataset) -> dict[str, float]:
+        """Loss and implicit-reward metrics averaged over ``dataset`` (pair-weighted)."""
+        was_training = self.model.training
+        self.model.eval()
+        totals: dict[str, float] = {}
+        count = 0
+        try:
+            for batch in self._loader(dataset, shuffle=False):
+                loss, metrics = self.compute_loss(batch)
+                n = batch["chosen_input_ids"].size(0)
+                for key, value in {"loss": loss.item(), **metrics}.items():
+                    totals[key] = totals.get(key, 0.0) + value * n
+                count += n
+        finally:
+            self.model.train(was_training)
+        return {key: value / count for key, value in totals.items()}
+
+    def _optimizer_step(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+
+    def train(self, dataset: PreferenceDataset, eval_dataset: PreferenceDataset | None = None) -> dict:
+        """Run ``num_epochs`` over ``dataset``; returns the last train and eval metrics and the history."""
+        cfg = self.config
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        loader = self._loader(dataset, shuffle=True)
+        total_steps = max(1, math.ceil(len(loader) / cfg.gradient_accumulation_steps) * cfg.num_epochs)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, int(cfg.warmup_ratio * total_steps), total_steps
+        )
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        train_metrics: dict[str, float] = {}
+        eval_metrics: dict[str, float] = {}
+        for epoch in range(cfg.num_epochs):
+            pending = 0
+            for batch in loader:
+                loss, metrics = self.compute_loss(batch)
+                (loss / cfg.gradient_accumulation_steps).backward()
+                pending += 1
+                train_metrics = {"loss": loss.item(), **metrics, "epoch": epoch}
+                if pending < cfg.gradient_accumulation_steps:
+                    continue
+                pending = 0
+                self._optimizer_step()
+                eval_metrics = self._after_step(train_metrics, eval_dataset) or eval_metrics
+            if pending:
+                self._optimizer_step()
+                eval_metrics = self._after_step(train_metrics, eval_dataset) or eval_metrics
+        if eval_dataset is not None:
+            eval_metrics = self.evaluate(eval_dataset)
+            log_metrics({f"eval/{k}": v for k, v in eval_metrics.items()}, self.global_step)
+        return {
+            "train": train_metrics,
+            "eval": eval_metrics,
+            "history": self.history,
+            "steps": self.global_step,
+        }
+
+    def _after_step(self, train_metrics, eval_dataset):
+        cfg = self.config
+        record = {"step": self.global_step, **train_metrics}
+        self.history.append(record)
+        log_metrics({f"train/{k}": v for k, v in train_metrics.items()}, self.global_step)
+        if cfg.output_dir and cfg.save_every and self.global_step % cfg.save_every == 0:
+            self.save_model(Path(cfg.output_dir) / f"checkpoint-{self.global_step}")
+        if eval_dataset is not None and cfg.eval_every and self.global_step % cfg.eval_every == 0:
+            metrics = self.evaluate(eval_dataset)
+            log_metrics({f"eval/{k}": v for k, v in metrics.items()}, self.global_step)
+            record.update({f"eval/{k}": v for k, v in metrics.items()})
+            return metrics
+        return None
+
+    def save_model(self, path: str | Path) -> Path:
+        """``save_pretrained`` (safetensors) of the policy and its tokenizer."""
+        path = Path(path)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        return path

@@ -1,0 +1,623 @@
+"""PPO for language models: a policy with a value head, a frozen reference, an adaptive KL penalty.
+
+TRL 1.x no longer ships a PPO trainer, so this is the one the pipeline runs. One iteration:
+
+1. sample responses for a batch of prompts (or environment observations);
+2. score them (``reward_fn`` or the environment), and compute per-token log-probs of the
+   policy, the frozen reference and the value head's estimates;
+3. reward per token = ``-kl_coef * (logp - logp_ref)`` plus the score on the last token,
+   advantages by GAE (Schulman et al. 2016), whitened;
+4. a few epochs of minibatch updates on the clipped PPO objective (Schulman et al. 2017)
+   with clipped value loss and entropy bonus (:class:`alignflow.losses.PPOLoss`);
+5. the KL coefficient moves toward the target KL (Ziegler et al. 2019).
+
+Checkpoints hold the policy and value head (safetensors), optimiser and scheduler state
+(safetensors + JSON), every RNG, the KL controller and the prompt order, so a resumed run
+continues exactly where the interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from alignflow.losses import CustomLoss, PPOLoss
+from alignflow.registry import tracking
+from alignflow.rl.environments import Observation, RLEnvironment
+from alignflow.rl.forward_backward import (
+    capture_rng_state,
+    load_optimizer_state,
+    restore_rng_state,
+    save_json_state,
+    save_optimizer_state,
+)
+from alignflow.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
+
+BatchRewardFn = Callable[..., Sequence[float]]
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+def _alias(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class PPOConfig(BaseModel):
+    """PPO hyper-parameters. Both spec documents' names are accepted (``ppo_epochs`` for
+    ``num_epochs``, ``lam`` for ``gae_lambda``, ``clip_ratio`` for ``clip_param``, ...)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    model_name: str | None = None
+    learning_rate: float = Field(1e-5, gt=0)
+    batch_size: int = Field(16, ge=1)
+    mini_batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    num_epochs: int = Field(4, ge=1, validation_alias=_alias("num_epochs", "ppo_epochs"))
+    clip_param: float = Field(0.2, gt=0, validation_alias=_alias("clip_param", "clip_ratio"))
+    value_clip: float | None = Field(None, gt=0)
+    kl_coef: float = Field(0.1, ge=0, validation_alias=_alias("kl_coef", "kl_penalty_coef"))
+    target_kl: float = Field(0.01, gt=0, validation_alias=_alias("target_kl", "kl_target"))
+    kl_horizon: int = Field(10000, ge=1)
+    use_adaptive_kl: bool = True
+    entropy_coef: float = Field(0.01, ge=0)
+    value_loss_coef: float = Field(0.5, ge=0, validation_alias=_alias("value_loss_coef", "value_coef"))
+    gamma: float = Field(0.99, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1, validation_alias=_alias("gae_lambda", "lam"))
+    max_grad_norm: float | None = 1.0
+    normalize_advantages: bool = True
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    num_iterations: int = Field(100, ge=1)
+    save_every: int = Field(0, ge=0, description="checkpoint every N iterations (0: never)")
+    output_dir: str | None = None
+    seed: int = 0
+    device: str | None = None
+
+
+# ---- math: GAE and the KL controllers -------------------------------------------------------
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimates and returns for ``[batch, time]`` rewards and values.
+
+    Positions where ``mask`` is 0 must be trailing (padding after the response ends): they
+    count as terminal, getting zero advantage and cutting the bootstrap. Computed in closed
+    form, ``A_t = sum_k (gamma*lam)^k * delta_{t+k}``, as one matrix product.
+    """
+    rewards, values = rewards.float(), values.float()
+    mask = torch.ones_like(rewards) if mask is None else mask.to(rewards.dtype)
+    values = values * mask
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    deltas = (rewards + gamma * next_values - values) * mask
+    steps = torch.arange(rewards.size(1), device=rewards.device)
+    offset = (steps[None, :] - steps[:, None]).to(rewards.dtype)  # k = t' - t
+    discount = torch.where(offset >= 0, (gamma * lam) ** offset.clamp_min(0), torch.zeros_like(offset))
+    advantages = (deltas @ discount.T) * mask
+    return advantages, (advantages + values) * mask
+
+
+class AdaptiveKLController:
+    """Ziegler et al. (2019): move the KL coefficient in proportion to the (clipped) KL error.
+
+    ``error = clip(KL / target - 1, -0.2, 0.2)``; ``coef *= 1 + error * n_steps / horizon``.
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: int):
+        self.value, self.target, self.horizon = float(init_kl_coef), float(target), int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+        return self.value
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value, "target": self.target, "horizon": self.horizon}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.value, self.target, self.horizon = (
+            float(state["value"]),
+            float(state["target"]),
+            int(state["horizon"]),
+        )
+
+
+class FixedKLController:
+    """A constant KL coefficient (``use_adaptive_kl=False``)."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        return self.value
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.value = float(state["value"])
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+class ValueHead(nn.Module):
+    """hidden -> ReLU -> scalar value per position."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
+        nn.init.zeros_(self.net[2].weight)
+        nn.init.zeros_(self.net[2].bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.net(hidden).squeeze(-1)
+
+
+@dataclass
+class PPOModelOutput:
+    logits: torch.Tensor
+    value: torch.Tensor
+
+
+class PPOModel(nn.Module):
+    """A causal LM with a value head reading its last hidden states."""
+
+    def __init__(self, base_model: nn.Module):
+        super().__init__()
+        self.base_model = base_model
+        hidden = base_model.config.hidden_size
+        self.value_head = ValueHead(hidden).to(next(base_model.parameters()).dtype)
+
+    @property
+    def config(self):
+        return self.base_model.config
+
+    @property
+    def generation_config(self):
+        return self.base_model.generation_config
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs) -> PPOModelOutput:
+        out = self.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            output_hidden_states=True,
+            **kwargs,
+        )
+        return PPOModelOutput(logits=out.logits, value=self.value_head(out.hidden_states[-1]).float())
+
+    def generate(self, *args, **kwargs):
+        return self.base_model.generate(*args, **kwargs)
+
+    def save_pretrained(self, path: str | Path, **kwargs) -> None:
+        """The base model as a normal transformers folder, plus ``value_head.safetensors``."""
+        path = Path(path)
+        kwargs.setdefault("safe_serialization", True)
+        self.base_model.save_pretrained(path, **kwargs)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
+        save_file(state, path / VALUE_HEAD_FILE)
+
+    def load_weights(self, path: str | Path) -> None:
+        """Load weights written by :meth:`save_pretrained` into this model."""
+        path = Path(path)
+        from transformers import AutoModelForCausalLM
+
+        loaded = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
+        self.base_model.load_state_dict(loaded.state_dict())
+        if (path / VALUE_HEAD_FILE).exists():
+            self.value_head.load_state_dict(load_file(path / VALUE_HEAD_FILE))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> PPOModel:
+        from transformers import AutoModelForCausalLM
+
+        model = cls(AutoModelForCausalLM.from_pretrained(path, use_safetensors=True))
+        if (Path(path) / VALUE_HEAD_FILE).exists():
+            model.value_head.load_state_dict(load_file(Path(path) / VALUE_HEAD_FILE))
+        return model
+
+
+# ---- the trainer ----------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """One batch of experience, response-aligned (``[batch, response_len]``)."""
+
+    input_ids: torch.Tensor  # prompt + response
+    attention_mask: torch.Tensor
+    prompt_len: int
+    response_mask: torch.Tensor
+    logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor
+    values: torch.Tensor
+    scores: torch.Tensor
+    metrics: dict[str, float]
+
+
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding, matching what ``generate`` used."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _auto_device(requested: str | None) -> torch.device:
+    if requested:
+        return torch.device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class PPOTrainer:
+    """Train a causal LM with PPO on prompts + a reward function, or on an environment."""
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        model: nn.Module | str | Path | None = None,
+        tokenizer=None,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler=None,
+        reward_fn: BatchRewardFn | None = None,
+        reference_model: nn.Module | None = None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        self.device = _auto_device(config.device)
+        source = model if model is not None else config.model_name
+        if source is None:
+            raise ValueError("PPOTrainer needs a model or config.model_name")
+        if isinstance(source, (str, Path)):
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
+            source = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(source.config.name_or_path)
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token first")
+        self.model = (source if isinstance(source, PPOModel) else PPOModel(source)).to(self.device)
+        base = self.model.base_model
+        self.ref_model = reference_model if reference_model is not None else copy.deepcopy(base)
+        self.ref_model.to(self.device).eval().requires_grad_(False)
+        self.optimizer = optimizer or torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
+        self.scheduler = scheduler
+        self.reward_fn = reward_fn
+        self.kl_ctl = (
+            AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
+            if config.use_adaptive_kl
+            else FixedKLController(config.kl_coef)
+        )
+        self.ppo_loss = PPOLoss(
+            clip_param=config.clip_param,
+            value_clip=config.value_clip,
+            entropy_coef=config.entropy_coef,
+            value_loss_coef=config.value_loss_coef,
+        )
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+        self._prompt_rng = random.Random(config.seed)
+        self._order: list[int] = []
+        torch.manual_seed(config.seed)
+
+    # ---- experience ---------------------------------------------------------------------
+    def _next_indices(self, n_prompts: int) -> list[int]:
+        picked = []
+        for _ in range(self.config.batch_size):
+            if not self._order:
+                self._order = list(range(n_prompts))
+                self._prompt_rng.shuffle(self._order)
+            picked.append(self._order.pop())
+        return picked
+
+    def _logprobs_values(self, model, input_ids, attention_mask, prompt_len, with_values=True):
+        out = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask)
+        )
+        logits = out.logits[:, prompt_len - 1 : -1].float() / self.config.temperature
+        logprobs = logprobs_from_logits(logits, input_ids[:, prompt_len:])
+        values = out.value[:, prompt_len - 1 : -1] if with_values else None
+        return logprobs, values, logits
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Sample one response per prompt: ``(sequences, prompt_attention_mask, prompt_len)``."""
+        self.tokenizer.padding_side = "left"
+        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        cfg = self.config
+        sequences = self.model.generate(
+            **enc,
+            do_sample=True,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            max_new_tokens=cfg.max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+        return sequences, enc["attention_mask"], enc["input_ids"].size(1)
+
+    def _response_mask(self, responses: torch.Tensor) -> torch.Tensor:
+        """1 up to and including the first EOS, 0 after it."""
+        is_eos = responses == self.tokenizer.eos_token_id
+        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+        return (~after_eos).long()
+
+    @torch.no_grad()
+    def _experience(self, sequences, prompt_mask, prompt_len, response_mask, scores, metrics) -> Rollout:
+        self.model.eval()
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        sequences = sequences.masked_fill(attention_mask == 0, self.tokenizer.pad_token_id)
+        logprobs, values, _ = self._logprobs_values(self.model, sequences, attention_mask, prompt_len)
+        ref_out = self.ref_model(
+            input_ids=sequences, attention_mask=attention_mask, position_ids=_positions(attention_mask)
+        )
+        ref_logits = ref_out.logits[:, prompt_len - 1 : -1].float() / self.config.temperature
+        ref_logprobs = logprobs_from_logits(ref_logits, sequences[:, prompt_len:])
+        mask = response_mask.float()
+        return Rollout(
+            sequences,
+            attention_mask,
+            prompt_len,
+            mask,
+            logprobs * mask,
+            ref_logprobs * mask,
+            values * mask,
+            scores,
+            metrics,
+        )
+
+    def _score_prompts(self, prompts, metadata, texts, reward_fn) -> list[float]:
+        try:
+            scores = reward_fn(prompts, texts, metadata)
+        except TypeError:
+            scores = reward_fn(prompts, texts)
+        scores = [float(s) for s in scores]
+        if len(scores) != len(texts):
+            raise ValueError(f"reward_fn returned {len(scores)} rewards for {len(texts)} responses")
+        for i, s in enumerate(scores):
+            if not math.isfinite(s):
+                raise ValueError(f"reward_fn returned {s} for response {i} of prompt {prompts[i]!r}")
+        return scores
+
+    def collect_from_prompts(self, prompts, reward_fn, prompt_metadata=None) -> Rollout:
+        indices = self._next_indices(len(prompts))
+        batch = [prompts[i] for i in indices]
+        metadata = [dict(prompt_metadata[i]) if prompt_metadata else {} for i in indices]
+        sequences, prompt_mask, prompt_len = self.generate(batch)
+        responses = sequences[:, prompt_len:]
+        response_mask = self._response_mask(responses)
+        texts = self.tokenizer.batch_decode(responses * response_mask, skip_special_tokens=True)
+        scores = self._score_prompts(batch, metadata, texts, reward_fn)
+        return self._experience(
+            sequences, prompt_mask, prompt_len, response_mask, torch.tensor(scores, device=self.device), {}
+        )
+
+    def collect_from_env(self, env: RLEnvironment) -> Rollout:
+        observations: list[Observation] = [env.reset() for _ in range(self.config.batch_size)]
+        sequences, prompt_mask, prompt_len = self.generate([o.prompt for o in observations])
+        responses = sequences[:, prompt_len:]
+        results = [env.evaluate(o, r) for o, r in zip(observations, responses.cpu(), strict=True)]
+        consumed = torch.tensor([max(r.info.get("consumed", responses.size(1)), 1) for r in results])
+        positions = torch.arange(responses.size(1))
+        response_mask = (positions[None, :] < consumed[:, None]).long().to(self.device)
+        metrics: dict[str, float] = {}
+        for key in {k for r in results for k in r.metrics}:
+            metrics[f"env/{key}"] = sum(r.metrics.get(key, 0.0) for r in results) / len(results)
+        scores = torch.tensor([r.reward for r in results], device=self.device)
+        return self._experience(sequences, prompt_mask, prompt_len, response_mask, scores, metrics)
+
+    # ---- optimisation -------------------------------------------------------------------
+    def _token_rewards(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        kl = (rollout.logprobs - rollout.ref_logprobs) * rollout.response_mask
+        rewards = -self.kl_ctl.value * kl
+        last = (rollout.response_mask.sum(-1).long() - 1).clamp_min(0)
+        rewards[torch.arange(rewards.size(0)), last] += rollout.scores
+        return rewards, kl
+
+    def _loss(self, loss_fn, logprobs, values, entropy, batch: dict[str, torch.Tensor]):
+        kwargs = dict(
+            mask=batch["mask"],
+            advantages=batch["advantages"],
+            values=values,
+            old_values=batch["values"],
+            returns=batch["returns"],
+            entropy=entropy,
+        )
+        if loss_fn is None:
+            out = self.ppo_loss(logprobs, batch["logprobs"], return_dict=True, **kwargs)
+        elif isinstance(loss_fn, CustomLoss):
+            out = loss_fn(
+                logprobs, batch["logprobs"], return_dict=True, ref_log_probs=batch["ref_logprobs"], **kwargs
+            )
+        else:
+            out = loss_fn(logprobs, batch["logprobs"], ref_log_probs=batch["ref_logprobs"], **kwargs)
+        if isinstance(out, Mapping):
+            return out["loss"], {k: float(v) for k, v in out.items() if k != "loss" and isinstance(v, float)}
+        return out, {}
+
+    def optimize(self, rollout: Rollout, loss_fn=None) -> dict[str, float]:
+        """Minibatch epochs of PPO on one rollout; returns averaged loss metrics."""
+        cfg = self.config
+        rewards, kl = self._token_rewards(rollout)
+        advantages, returns = compute_gae(
+            rewards, rollout.values, rollout.response_mask, cfg.gamma, cfg.gae_lambda
+        )
+        if cfg.normalize_advantages:
+            advantages = whiten(advantages, rollout.response_mask) * rollout.response_mask
+        data = {
+            "input_ids": rollout.input_ids,
+            "attention_mask": rollout.attention_mask,
+            "mask": rollout.response_mask,
+            "logprobs": rollout.logprobs,
+            "ref_logprobs": rollout.ref_logprobs,
+            "values": rollout.values,
+            "advantages": advantages,
+            "returns": returns,
+        }
+        size = rollout.input_ids.size(0)
+        sums: dict[str, float] = {}
+        count = micro = 0
+        self.model.train()
+        for _ in range(cfg.num_epochs):
+            order = torch.randperm(size)
+            for start in range(0, size, cfg.mini_batch_size):
+                idx = order[start : start + cfg.mini_batch_size].to(self.device)
+                batch = {k: v[idx] for k, v in data.items()}
+                logprobs, values, logits = self._logprobs_values(
+                    self.model, batch["input_ids"], batch["attention_mask"], rollout.prompt_len
+                )
+                entropy = entropy_from_logits(logits)
+                loss, stats = self._loss(loss_fn, logprobs, values, entropy, batch)
+                (loss / cfg.gradient_accumulation_steps).backward()
+                micro += 1
+                if micro % cfg.gradient_accumulation_steps == 0:
+                    self._step()
+                stats["loss/total"] = float(loss.detach())
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                count += 1
+        if micro % cfg.gradient_accumulation_steps:
+            self._step()
+        metrics = {f"ppo/{k}" if "/" not in k else k: v / max(count, 1) for k, v in sums.items()}
+        seq_kl = kl.sum(-1).mean().item()
+        metrics.update(
+            {
+                "objective/kl": seq_kl,
+                "objective/kl_coef": self.kl_ctl.value,
+                "objective/entropy": masked_mean(-rollout.logprobs, rollout.response_mask).item(),
+                "reward/mean": rollout.scores.mean().item(),
+                "reward/std": rollout.scores.std().item() if size > 1 else 0.0,
+                "response/length": rollout.response_mask.sum(-1).mean().item(),
+            }
+        )
+        self.kl_ctl.update(seq_kl, cfg.batch_size)
+        return metrics
+
+    def _step(self) -> None:
+        if self.config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ---- the loop -----------------------------------------------------------------------
+    def train(
+        self,
+        source: Sequence[str] | RLEnvironment,
+        reward_fn: BatchRewardFn | None = None,
+        loss_fn: CustomLoss | Callable[..., Any] | None = None,
+        num_iterations: int | None = None,
+        prompt_metadata: Sequence[Mapping[str, Any]] | None = None,
+        resume_from: str | Path | None = None,
+    ):
+        """Run PPO until ``num_iterations`` (total, counting resumed ones) have been done.
+
+        ``train(prompts, reward_fn)`` returns the per-iteration metrics;
+        ``train(env, loss_fn=...)`` returns the trained :class:`PPOModel` (as the spec's
+        examples use them). ``reward_fn(prompts, responses, metadata)`` returns one float
+        per response. A custom ``loss_fn`` is called like :class:`~alignflow.losses.PPOLoss`:
+        ``loss_fn(log_probs, old_log_probs, mask=, advantages=, values=, old_values=,
+        returns=, entropy=, ref_log_probs=)``.
+        """
+        total = num_iterations or self.config.num_iterations
+        is_env = isinstance(source, RLEnvironment)
+        if not is_env:
+            prompts = list(source)
+            if not prompts:
+                raise ValueError("train(prompts, ...) needs at least one prompt")
+            reward_fn = reward_fn or self.reward_fn
+            if reward_fn is None:
+                raise ValueError("train(prompts) needs a reward_fn(prompts, responses, metadata)")
+        if resume_from is not None:
+            self.load_checkpoint(self._resolve_checkpoint(resume_from))
+        tracking.log_params(self.config.model_dump(), prefix="ppo")
+        while self.iteration < total:
+            if is_env:
+                rollout = self.collect_from_env(source)
+            else:
+                rollout = self.collect_from_prompts(prompts, reward_fn, prompt_metadata)
+            metrics = {**self.optimize(rollout, loss_fn), **rollout.metrics}
+            self.iteration += 1
+            metrics["iteration"] = self.iteration
+            self.history.append(metrics)
+            tracking.log_metrics(metrics, step=self.iteration)
+            if (
+                self.config.save_every
+                and self.config.output_dir
+                and self.iteration % self.config.save_every == 0
+            ):
+                self.save_checkpoint(Path(self.config.output_dir) / f"checkpoint-{self.iteration}")
+        return self.model if is_env else self.history
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def _resolve_checkpoint(self, path: str | Path) -> Path:
+        if str(path) != "latest":
+            return Path(path)
+        if not self.config.output_dir:
+            raise ValueError("resume_from='latest' needs config.output_dir")
+        found = sorted(
+            Path(self.config.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+        )
+        if not found:
+            raise FileNotFoundError(f"{self.config.output_dir}: no checkpoint-* folders to resume from")
+        return found[-1]
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Policy + value head, optimiser, scheduler, RNGs, KL controller and prompt order."""
+        path = Path(path)
+        self.model.save_pretrained(path / "model")
+        self.tokenizer.save_pretrained(path / "model")
+        save_optimizer_state(self.optimizer.state_dict(), path)
+        if self.scheduler is not None:
+            save_json_state(self.scheduler.state_dict(), path / "scheduler.json", "scheduler")
+        capture_rng_state(path)
+        version, state, gauss = self._prompt_rng.getstate()
+        trainer_state = {
+            "iteration": self.iteration,
+            "kl_controller": self.kl_ctl.state_dict(),
+            "prompt_rng": [version, list(state), gauss],
+            "prompt_order": self._order,
+            "history": self.history,
+            "config": self.config.model_dump(mode="json"),
+        }
+        save_json_state(trainer_state, path / "trainer_state.json", "trainer")
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        path = Path(path)
+        state_file = path / "trainer_state.json"
+        if not state_file.exists():
+            raise FileNotFoundError(f"{path}: not a PPO checkpoint (trainer_state.json missing)")
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        self.model.load_weights(path / "model")
+        self.optimizer.load_state_dict(load_optimizer_state(path))
+        if self.scheduler is not None and (path / "scheduler.json").exists():
+            self.scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text(encoding="utf-8")))
+        restore_rng_state(path)
+        self.kl_ctl.load_state_dict(state["kl_controller"])
+        version, rng_state, gauss = state["prompt_rng"]
+        self._prompt_rng.setstate((version, tuple(rng_state), gauss))
+        self._order = list(state["prompt_order"])
+        self.iteration = int(state["iteration"])
+        self.history = list(state["history"])
+        return state
