@@ -1,0 +1,1 @@
+"""Evaluation: metrics, judges, win rates, KL, reports and plots."""

@@ -1,0 +1,30 @@
+"""Typed configuration of the evaluation stage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EvaluationConfig(BaseModel):
+    """How policies and reward models are evaluated on the held-out split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_prompts: int = Field(200, ge=1, description="unique eval prompts the policy answers")
+    max_pairs: int = Field(500, ge=1, description="held-out pairs the reward model ranks")
+    max_new_tokens: int = Field(16, ge=1)
+    batch_size: int = Field(32, ge=1)
+    do_sample: bool = Field(False, description="greedy by default: comparisons are then reproducible")
+    temperature: float = Field(1.0, gt=0.0)
+    kl_samples: int = Field(64, ge=0, description="sampled completions for the KL estimate; 0 = skip KL")
+    judges: list[Literal["reward", "answer"]] = Field(
+        default_factory=lambda: ["reward", "answer"], description="judges run for win rates"
+    )
+    primary_judge: Literal["reward", "answer"] = Field(
+        "reward", description="whose win rates feed the promotion gates"
+    )
+    tie_margin: float = Field(0.0, ge=0.0, description="reward gap under which the reward judge calls a tie")
+    num_samples: int = Field(20, ge=0, description="rows in the sample-completions table")
+    seed: int = 0

@@ -1,0 +1,234 @@
+"""The evaluation stage: score a reward model on held-out pairs and a policy against its
+reference (and the current champion) on held-out prompts.
+
+:func:`evaluate_reward_model` and :func:`evaluate_policy_completions` work on scores and
+texts alone; :func:`evaluate_policy` generates the completions first, and
+:func:`evaluate_paths` loads everything from saved directories for the pipeline task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
+from alignflow.evaluation.kl import sampled_kl
+from alignflow.evaluation.metrics import (
+    answer_accuracy,
+    completion_lengths,
+    length_growth_ratio,
+    mean,
+    normalised_mean_reward,
+    reward_model_metrics,
+)
+from alignflow.evaluation.report import EvalReport
+from alignflow.models.prompting import completion_text, generate
+
+
+def _raw(scorer: Scorer) -> Scorer:
+    """Un-normalised scores when the scorer offers them: calibration needs the real margins."""
+    return getattr(scorer, "raw", scorer)
+
+
+def held_out_pairs(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None][:limit]
+
+
+def held_out_prompts(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
+    """The first ``limit`` distinct prompts, each with its record's metadata (answers)."""
+    seen: set[str] = set()
+    rows = []
+    for record in records:
+        key = repr(record.get("prompt"))
+        if record.get("prompt") is None or key in seen:
+            continue
+        seen.add(key)
+        rows.append({"prompt": record["prompt"], "metadata": record.get("metadata") or {}})
+        if len(rows) == limit:
+            break
+    return rows
+
+
+def evaluate_reward_model(
+    scorer: Scorer, records: Sequence[Mapping[str, Any]], config: EvaluationConfig | None = None
+) -> EvalReport:
+    """Accuracy, margin and calibration of a reward model on held-out pairs."""
+    config = config or EvaluationConfig()
+    pairs = held_out_pairs(records, config.max_pairs)
+    if not pairs:
+        raise ValueError(
+            "no held-out pairs (kind='pair' with chosen/rejected) to evaluate the reward model on"
+        )
+    prompts = [p["prompt"] for p in pairs]
+    raw = _raw(scorer)
+    chosen = raw(prompts, [completion_text(p["chosen"]) for p in pairs])
+    rejected = raw(prompts, [completion_text(p["rejected"]) for p in pairs])
+    return EvalReport(
+        metrics=reward_model_metrics(chosen, rejected),
+        series={"reward/chosen": list(chosen), "reward/rejected": list(rejected)},
+    )
+
+
+def build_judges(config: EvaluationConfig, scorer: Scorer | None) -> list[Judge]:
+    judges: list[Judge] = []
+    for name in config.judges:
+        if name == "reward" and scorer is not None:
+            judges.append(RewardModelJudge(scorer, config.tie_margin))
+        elif name == "answer":
+            judges.append(AnswerJudge())
+    return judges
+
+
+def _win_rates(
+    judges: Sequence[Judge],
+    primary: str,
+    prompts: list[Any],
+    ours: list[str],
+    theirs: list[str],
+    metadata: list[Mapping[str, Any]],
+    against: str,
+) -> dict[str, float | None]:
+    metrics: dict[str, float | None] = {}
+    for judge in judges:
+        rate = win_rate(judge.compare(prompts, ours, theirs, metadata))
+        metrics[f"eval/{judge.name}/win_rate_vs_{against}"] = rate
+        if judge.name == primary:
+            metrics[f"eval/win_rate_vs_{against}"] = rate
+    return metrics
+
+
+def evaluate_policy_completions(
+    prompts: list[Any],
+    metadata: list[Mapping[str, Any]],
+    policy: list[str],
+    reference: list[str],
+    champion: list[str] | None = None,
+    scorer: Scorer | None = None,
+    judges: Sequence[Judge] | None = None,
+    config: EvaluationConfig | None = None,
+    tokenizer: Any | None = None,
+    pair_records: Sequence[Mapping[str, Any]] = (),
+) -> EvalReport:
+    """Every policy metric that needs only the completions (KL needs the models: see
+    :func:`evaluate_policy`). Win rates, reward, length drift and task accuracy."""
+    config = config or EvaluationConfig()
+    judges = list(judges) if judges is not None else build_judges(config, scorer)
+    metrics: dict[str, float | None] = {}
+    metrics |= _win_rates(judges, config.primary_judge, prompts, policy, reference, metadata, "reference")
+    if champion is not None:
+        metrics |= _win_rates(judges, config.primary_judge, prompts, policy, champion, metadata, "champion")
+    series: dict[str, list[float]] = {}
+    if scorer is not None:
+        policy_scores, reference_scores = scorer(prompts, policy), scorer(prompts, reference)
+        series |= {"reward/policy": list(policy_scores), "reward/reference": list(reference_scores)}
+        metrics["eval/reward_mean"] = mean(policy_scores)
+        metrics["eval/reference_reward_mean"] = mean(reference_scores)
+        pairs = held_out_pairs(pair_records, config.max_pairs)
+        if pairs:
+            pair_prompts = [p["prompt"] for p in pairs]
+            chosen = scorer(pair_prompts, [completion_text(p["chosen"]) for p in pairs])
+            rejected = scorer(pair_prompts, [completion_text(p["rejected"]) for p in pairs])
+            metrics["eval/normalised_reward"] = normalised_mean_reward(policy_scores, chosen, rejected)
+    lengths = completion_lengths(policy, tokenizer)
+    reference_lengths = completion_lengths(reference, tokenizer)
+    series |= {
+        "length/policy": [float(x) for x in lengths],
+        "length/reference": [float(x) for x in reference_lengths],
+    }
+    metrics["eval/length_mean"] = mean(lengths)
+    metrics["eval/reference_length_mean"] = mean(reference_lengths)
+    metrics["eval/length_growth_ratio"] = length_growth_ratio(lengths, reference_lengths)
+    accuracy = answer_accuracy(policy, metadata)
+    reference_accuracy = answer_accuracy(reference, metadata)
+    metrics["eval/task_accuracy"] = accuracy
+    metrics["eval/reference_task_accuracy"] = reference_accuracy
+    if accuracy is not None and reference_accuracy is not None:
+        metrics["eval/task_accuracy_gain"] = accuracy - reference_accuracy
+    if champion is not None:
+        metrics["eval/champion_task_accuracy"] = answer_accuracy(champion, metadata)
+    samples = [
+        {"prompt": completion_text(p) if not isinstance(p, str) else p, "policy": a, "reference": b}
+        | ({"champion": champion[i]} if champion is not None else {})
+        | ({"answer": metadata[i].get("answer")} if metadata[i] else {})
+        for i, (p, a, b) in enumerate(zip(prompts, policy, reference, strict=True))
+    ][: config.num_samples]
+    return EvalReport(metrics=metrics, samples=samples, series=series, info={"eval_prompts": len(prompts)})
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[Any], config: EvaluationConfig) -> list[str]:
+    return generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=config.max_new_tokens,
+        do_sample=config.do_sample,
+        temperature=config.temperature,
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+
+
+def evaluate_policy(
+    policy: Any,
+    tokenizer: Any,
+    reference: Any,
+    records: Sequence[Mapping[str, Any]],
+    scorer: Scorer | None = None,
+    champion: tuple[Any, Any] | None = None,
+    config: EvaluationConfig | None = None,
+) -> EvalReport:
+    """Generate completions from policy, reference (and champion) and compute every metric.
+
+    ``reference`` shares ``tokenizer`` with the policy (the policy was trained from it);
+    ``champion`` is ``(model, tokenizer)`` of the current champion, or None.
+    """
+    config = config or EvaluationConfig()
+    rows = held_out_prompts(records, config.max_prompts)
+    if not rows:
+        raise ValueError("no held-out prompts to evaluate the policy on")
+    prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
+    ours = _generate(policy, tokenizer, prompts, config)
+    theirs = _generate(reference, tokenizer, prompts, config)
+    best = _generate(champion[0], champion[1], prompts, config) if champion is not None else None
+    report = evaluate_policy_completions(
+        prompts, metadata, ours, theirs, best, scorer, None, config, tokenizer, pair_records=records
+    )
+    if config.kl_samples:
+        kl_prompts = [prompts[i % len(prompts)] for i in range(config.kl_samples)]
+        report.metrics["eval/kl_to_reference"] = sampled_kl(
+            policy, reference, tokenizer, kl_prompts, config.max_new_tokens, config.batch_size, config.seed
+        )
+    return report
+
+
+def evaluate_paths(
+    snapshot_dir: str | Path,
+    policy_dir: str | Path | None,
+    reference_dir: str | Path | None,
+    reward_dir: str | Path | None,
+    champion_dir: str | Path | None = None,
+    config: EvaluationConfig | None = None,
+) -> EvalReport:
+    """The pipeline's evaluation in one call: models by path, data from the snapshot's eval split."""
+    from alignflow.data.snapshot import load_split
+    from alignflow.models import load_causal_lm
+    from alignflow.models.reward_scorer import load_reward_scorer
+
+    config = config or EvaluationConfig()
+    records = load_split(snapshot_dir, "eval")
+    scorer = load_reward_scorer(reward_dir) if reward_dir is not None else None
+    report = EvalReport(info={"snapshot": str(snapshot_dir)})
+    if scorer is not None:
+        report = report.merge(evaluate_reward_model(scorer, records, config))
+    if policy_dir is not None:
+        if reference_dir is None:
+            raise ValueError("evaluating a policy needs its reference model directory")
+        policy, tokenizer = load_causal_lm(policy_dir)
+        reference, _ = load_causal_lm(reference_dir)
+        champion = load_causal_lm(champion_dir) if champion_dir is not None else None
+        report = report.merge(
+            evaluate_policy(policy, tokenizer, reference, records, scorer, champion, config)
+        )
+    return report

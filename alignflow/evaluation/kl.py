@@ -1,0 +1,113 @@
+"""KL(policy || reference) estimated from completions sampled from the policy.
+
+With completions y ~ policy, ``log p_policy(y) - log p_ref(y)`` summed over the
+completion's tokens is an unbiased estimate of the sequence-level KL; its mean over
+prompts is what a PPO/DPO KL budget refers to. Prompt tokens are masked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from alignflow.models.prompting import format_prompt
+from alignflow.rl.functional import logprobs_from_logits, sequence_logprobs
+
+
+def _encode(tokenizer: Any, prompt: Any, completion: str) -> tuple[list[int], int]:
+    prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    return prompt_ids + completion_ids, len(prompt_ids)
+
+
+@torch.no_grad()
+def completion_logprobs(
+    model: Any, tokenizer: Any, prompts: Sequence[Any], completions: Sequence[str], batch_size: int = 32
+) -> list[torch.Tensor]:
+    """Per-token log-probs of each completion given its prompt (one 1-D tensor per row)."""
+    model.eval()
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows: list[torch.Tensor] = []
+    for start in range(0, len(prompts), batch_size):
+        encoded = [
+            _encode(tokenizer, p, c)
+            for p, c in zip(
+                prompts[start : start + batch_size], completions[start : start + batch_size], strict=True
+            )
+        ]
+        width = max(len(ids) for ids, _ in encoded)
+        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for i, (ids, _) in enumerate(encoded):  # right padding: positions stay aligned
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            mask[i, : len(ids)] = 1
+        logprobs = sequence_logprobs(model, input_ids.to(device), mask.to(device)).cpu()
+        for i, (ids, prompt_len) in enumerate(encoded):
+            # logprobs[:, t] scores token t+1, so completion tokens start at prompt_len - 1
+            rows.append(logprobs[i, prompt_len - 1 : len(ids) - 1])
+    return rows
+
+
+@torch.no_grad()
+def _token_logprobs(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs of ``ids[:, 1:]`` with positions counted from each row's first real token."""
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, :-1]
+    return logprobs_from_logits(logits, ids[:, 1:])
+
+
+@torch.no_grad()
+def sampled_kl(
+    policy: Any,
+    reference: Any,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    max_new_tokens: int = 16,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> float:
+    """Sample one completion per prompt from ``policy`` and average the summed log-ratio.
+
+    Works on the sampled token ids themselves: decoding and re-tokenising a sample would
+    score a different sequence than the one drawn. Sampling is plain (temperature 1, no
+    top-k/top-p) so that the samples come from the policy the KL is about. ``reference``
+    shares ``tokenizer`` with the policy.
+    """
+    if not prompts:
+        raise ValueError("sampled_kl needs at least one prompt")
+    torch.manual_seed(seed)
+    policy.eval()
+    reference.eval()
+    device = next(policy.parameters()).device
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    totals: list[float] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
+            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            ids = policy.generate(
+                **batch,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            width = batch["input_ids"].shape[1]
+            generated = ids[:, width:]
+            is_eos = (generated == tokenizer.eos_token_id).int()
+            # keep tokens up to and including the first eos
+            keep = (is_eos.cumsum(-1) - is_eos) == 0
+            mask = torch.cat([batch["attention_mask"], keep.long()], dim=1)
+            ratio = _token_logprobs(policy, ids, mask) - _token_logprobs(reference, ids, mask)
+            completion_mask = torch.zeros_like(mask[:, 1:])
+            completion_mask[:, width - 1 :] = keep.long()
+            totals.extend((ratio * completion_mask).sum(-1).tolist())
+    finally:
+        tokenizer.padding_side = side
+    return sum(totals) / len(totals)

@@ -1,0 +1,76 @@
+"""Policy and reward-model metrics computed from scores, completions and answers.
+
+Pure functions over lists: they can be tested and reused without a model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from alignflow.data.demo import task_accuracy
+from alignflow.evaluation.calibration import pairwise_report
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def normalised_mean_reward(
+    scores: Sequence[float], chosen_scores: Sequence[float], rejected_scores: Sequence[float]
+) -> float | None:
+    """Mean reward on the held-out pairs' scale: 0 = the rejected side's mean, 1 = the chosen side's.
+
+    Reward models have an arbitrary offset and scale; anchoring to the human-labelled pairs
+    makes the number comparable across reward-model versions. None when the anchors
+    coincide (a reward model that cannot tell chosen from rejected gives no scale).
+    """
+    low, high = mean(rejected_scores), mean(chosen_scores)
+    policy = mean(scores)
+    if policy is None or low is None or high is None or abs(high - low) < 1e-12:
+        return None
+    return (policy - low) / (high - low)
+
+
+def reward_model_metrics(
+    chosen_scores: Sequence[float], rejected_scores: Sequence[float]
+) -> dict[str, float]:
+    """Accuracy, mean margin and calibration (ECE) of a reward model on held-out pairs."""
+    report = pairwise_report(chosen_scores, rejected_scores)
+    return {
+        "eval/reward_accuracy": report.accuracy,
+        "eval/reward_margin": report.margin_mean,
+        "eval/reward_ece": report.ece,
+        "eval/reward_pairs": float(report.n_pairs),
+    }
+
+
+def completion_lengths(completions: Sequence[str], tokenizer: Any | None = None) -> list[int]:
+    """Lengths in tokens of ``tokenizer`` (characters without one)."""
+    if tokenizer is None:
+        return [len(c) for c in completions]
+    return [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
+
+
+def length_growth_ratio(lengths: Sequence[int], reference_lengths: Sequence[int]) -> float | None:
+    """Mean length over the reference's: well above 1 is the classic reward-hacking signal."""
+    ours, ref = mean(lengths), mean(reference_lengths)
+    if ours is None or ref is None:
+        return None
+    return ours / max(ref, 1.0)
+
+
+def answer_accuracy(
+    completions: Sequence[str],
+    metadata: Sequence[Mapping[str, Any]],
+    score: Callable[[str, Any], float] = task_accuracy,
+    answer_key: str = "answer",
+) -> float | None:
+    """Mean task score over rows that carry a reference answer; None when none does."""
+    scores = [
+        score(completion, meta[answer_key])
+        for completion, meta in zip(completions, metadata, strict=True)
+        if meta and meta.get(answer_key) is not None
+    ]
+    return mean(scores)

@@ -1,0 +1,98 @@
+"""The report's figures, drawn with matplotlib's non-interactive Agg backend.
+
+Each function writes one PNG and returns its path, so a flow can log them as artifacts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from alignflow.evaluation.report import EvalReport  # noqa: E402
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_distributions(
+    series: Mapping[str, Sequence[float]], path: str | Path, title: str, xlabel: str
+) -> Path:
+    """Overlaid histograms, one per named series (chosen vs rejected rewards, lengths)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, values in series.items():
+        if values:
+            ax.hist(list(values), bins=30, alpha=0.5, label=f"{label} (n={len(values)})")
+    ax.set(title=title, xlabel=xlabel, ylabel="count")
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_win_rates(win_rates: Mapping[str, float], path: str | Path) -> Path:
+    """Horizontal bars of win rates with the 0.5 line (no better than the opponent)."""
+    fig, ax = plt.subplots(figsize=(6, 0.5 * max(len(win_rates), 2) + 1))
+    labels = list(win_rates)
+    ax.barh(labels, [win_rates[k] for k in labels], color="tab:blue")
+    ax.axvline(0.5, color="grey", linestyle="--")
+    ax.set(xlim=(0, 1), title="Win rates", xlabel="share of prompts won (ties count half)")
+    return _save(fig, path)
+
+
+def plot_training_curves(
+    tracking_uri: str, run_ids: Mapping[str, str], path: str | Path, prefix: str = "train/"
+) -> Path:
+    """Every metric under ``prefix`` of each run, against its step, from MLflow's history."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    curves: dict[str, list[tuple[str, list[int], list[float]]]] = {}
+    for label, run_id in run_ids.items():
+        for key in sorted(client.get_run(run_id).data.metrics):
+            if key.startswith(prefix):
+                history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+                curves.setdefault(key, []).append(
+                    (label, [m.step for m in history], [m.value for m in history])
+                )
+    fig, axes = plt.subplots(max(len(curves), 1), 1, figsize=(6, 2.5 * max(len(curves), 1)), squeeze=False)
+    for ax, (key, lines) in zip(axes[:, 0], sorted(curves.items()), strict=False):
+        for label, steps, values in lines:
+            ax.plot(steps, values, label=label)
+        ax.set(title=key, xlabel="step")
+        ax.legend()
+    return _save(fig, path)
+
+
+def report_plots(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
+    """The standard figures of an eval report (those its data allows)."""
+    out_dir = Path(out_dir)
+    s, plots = report.series, {}
+    if s.get("reward/chosen"):
+        plots["reward_distributions"] = plot_distributions(
+            {"chosen": s["reward/chosen"], "rejected": s.get("reward/rejected", [])},
+            out_dir / "reward_distributions.png",
+            "Reward on held-out pairs",
+            "reward",
+        )
+    if s.get("length/policy"):
+        plots["response_lengths"] = plot_distributions(
+            {"policy": s["length/policy"], "reference": s.get("length/reference", [])},
+            out_dir / "response_lengths.png",
+            "Response lengths",
+            "tokens",
+        )
+    rates = {
+        k.removeprefix("eval/"): v for k, v in report.metrics.items() if "win_rate" in k and v is not None
+    }
+    if rates:
+        plots["win_rates"] = plot_win_rates(rates, out_dir / "win_rates.png")
+    return plots

@@ -1,0 +1,97 @@
+"""One evaluation report per run: flat metrics, sample completions and the raw series
+behind the plots, written as JSON (for machines, the promotion gates) and Markdown (for
+people, the MLflow UI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from alignflow.registry.tracking import log_metrics
+
+
+class EvalReport(BaseModel):
+    """Everything one evaluation produced; ``metrics`` keys are what the gates read."""
+
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    series: dict[str, list[float]] = Field(default_factory=dict, description="scores/lengths for plots")
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    def gate_metrics(self) -> dict[str, float]:
+        """The measured metrics only (a metric that could not be computed is left out)."""
+        return {k: float(v) for k, v in self.metrics.items() if v is not None}
+
+    def merge(self, other: EvalReport) -> EvalReport:
+        """Reward-model and policy evaluations of one run combined into the run's report."""
+        return EvalReport(
+            metrics={**self.metrics, **other.metrics},
+            samples=self.samples + other.samples,
+            series={**self.series, **other.series},
+            info={**self.info, **other.info},
+        )
+
+
+def _cell(value: Any) -> str:
+    text = "n/a" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", "⏎")
+
+
+def to_markdown(report: EvalReport, title: str = "Evaluation report") -> str:
+    lines = [f"# {title}", ""]
+    if report.info:
+        lines += [*(f"- **{k}**: {_cell(v)}" for k, v in sorted(report.info.items())), ""]
+    lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
+    lines += [f"| `{k}` | {_cell(v)} |" for k, v in sorted(report.metrics.items())]
+    if report.samples:
+        columns = list(report.samples[0])
+        lines += ["", "## Sample completions", "", "| " + " | ".join(columns) + " |"]
+        lines += ["|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in report.samples]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
+    """``eval_report.json`` and ``eval_report.md`` under ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "eval_report.json", "markdown": out_dir / "eval_report.md"}
+    paths["json"].write_text(
+        json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True), encoding="utf-8"
+    )
+    paths["markdown"].write_text(to_markdown(report), encoding="utf-8")
+    return paths
+
+
+def read_report(path: str | Path) -> EvalReport:
+    return EvalReport.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def samples_table(report: EvalReport) -> dict[str, list[Any]]:
+    """Sample completions as columns, the shape ``mlflow.log_table(data=...)`` takes."""
+    columns = list(report.samples[0]) if report.samples else []
+    return {c: [row.get(c) for row in report.samples] for c in columns}
+
+
+def log_report(
+    report: EvalReport, out_dir: str | Path, plots: dict[str, Path] | None = None
+) -> dict[str, Path]:
+    """Write the report and log it (metrics, files, plots, sample table) to the active run.
+
+    Without an active MLflow run only the files are written.
+    """
+    import mlflow
+
+    paths = write_report(report, out_dir)
+    log_metrics(report.gate_metrics())
+    if mlflow.active_run() is not None:
+        for path in paths.values():
+            mlflow.log_artifact(str(path), "eval")
+        for path in (plots or {}).values():
+            mlflow.log_artifact(str(path), "plots")
+        if report.samples:
+            mlflow.log_table(data=samples_table(report), artifact_file="eval/samples.json")
+    return paths

@@ -1,0 +1,1 @@
+"""MLflow tracking helpers, model logging, aliases and promotion policy."""

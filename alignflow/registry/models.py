@@ -1,0 +1,206 @@
+"""Logging models with MLflow's transformers flavour and managing registry aliases.
+
+Registered names follow ``<project>-policy`` and ``<project>-reward``. Only aliases are
+used (``challenger`` for the newest candidate, ``champion`` for the one to serve); stages
+are deprecated in MLflow and never touched here. Every function takes the tracking URI
+explicitly so that nothing depends on a process-global default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
+
+import mlflow
+from mlflow import MlflowClient
+
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+BASE_MODEL_TAG = "base_model"
+MODEL_KIND_TAG = "alignflow.kind"
+ROLES = ("policy", "reward")
+
+
+def registered_name(project: str, role: str) -> str:
+    """``<project>-policy`` or ``<project>-reward``."""
+    if role not in ROLES:
+        raise ValueError(f"model role must be one of {ROLES}, got {role!r}")
+    return f"{project}-{role}"
+
+
+@dataclass(frozen=True)
+class LoggedVersion:
+    """What a logged and registered model left behind: small, hashable, passable between tasks."""
+
+    name: str
+    version: str
+    model_uri: str
+    run_id: str
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def is_peft_adapter(model_dir: str | Path) -> bool:
+    return (Path(model_dir) / "adapter_config.json").exists()
+
+
+def base_model_reference(model_dir: str | Path) -> str | None:
+    """The base model a PEFT adapter was trained on (path or hub id), None for a full model."""
+    return _read_json(Path(model_dir) / "adapter_config.json").get("base_model_name_or_path")
+
+
+def infer_task(model_dir: str | Path) -> str:
+    """The transformers pipeline task of a saved model: classifiers score, the rest generate."""
+    model_dir = Path(model_dir)
+    adapter = _read_json(model_dir / "adapter_config.json")
+    if adapter:
+        return "text-classification" if adapter.get("task_type") == "SEQ_CLS" else "text-generation"
+    architectures = _read_json(model_dir / "config.json").get("architectures") or []
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return "text-classification"
+    return "text-generation"
+
+
+def _load_components(model_dir: Path, task: str) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    if is_peft_adapter(model_dir):
+        from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
+
+        loader = (
+            AutoPeftModelForSequenceClassification
+            if task == "text-classification"
+            else AutoPeftModelForCausalLM
+        )
+    else:
+        loader = AutoModelForSequenceClassification if task == "text-classification" else AutoModelForCausalLM
+    model = loader.from_pretrained(str(model_dir))
+    return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(str(model_dir))}
+
+
+def _pip_requirements() -> list[str]:
+    """Pinned requirements given up front: MLflow's inference imports optional packages
+    (torchvision) that a CPU install does not have."""
+    from importlib.metadata import version
+
+    return [f"{pkg}=={version(pkg).split('+')[0]}" for pkg in ("torch", "transformers", "tokenizers")]
+
+
+def log_model(
+    model_dir: str | Path,
+    tracking_uri: str,
+    registered_model_name: str | None = None,
+    name: str = "model",
+    tags: Mapping[str, Any] | None = None,
+) -> LoggedVersion | None:
+    """Log a saved model directory to the active run with the transformers flavour.
+
+    A PEFT adapter is logged as an adapter with its base model recorded (``base_model``
+    tag and model metadata), not as a merged copy of the base weights. When
+    ``registered_model_name`` is given the model is also registered, the new version is
+    tagged (lineage, base model) and receives the ``challenger`` alias.
+    """
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").exists() and not is_peft_adapter(model_dir):
+        raise FileNotFoundError(f"{model_dir}: not a saved transformers model (no config.json)")
+    mlflow.set_tracking_uri(tracking_uri)
+    run = mlflow.active_run()
+    if run is None:
+        raise RuntimeError("log_model needs an active MLflow run (start a stage run first)")
+    task = infer_task(model_dir)
+    base = base_model_reference(model_dir)
+    metadata = {"alignflow.source_dir": str(model_dir), **({BASE_MODEL_TAG: base} if base else {})}
+    info = mlflow.transformers.log_model(
+        _load_components(model_dir, task),
+        name=name,
+        task=task,
+        pip_requirements=_pip_requirements(),
+        metadata=metadata,
+    )
+    if registered_model_name is None:
+        return None
+    version_tags = {**(tags or {}), MODEL_KIND_TAG: task, **({BASE_MODEL_TAG: base} if base else {})}
+    return register(tracking_uri, info.model_uri, registered_model_name, run.info.run_id, version_tags)
+
+
+def _logged_model_id(model_uri: str) -> str | None:
+    """MLflow 3's ``models:/m-<id>`` URIs name a logged model; a REST server requires its id."""
+    match = re.fullmatch(r"models:/(m-[0-9a-f]+)", model_uri)
+    return match.group(1) if match else None
+
+
+def register(
+    tracking_uri: str,
+    model_uri: str,
+    registered_model_name: str,
+    run_id: str | None = None,
+    tags: Mapping[str, Any] | None = None,
+) -> LoggedVersion:
+    """Register ``model_uri`` as a new version and make it the ``challenger``."""
+    client = MlflowClient(tracking_uri)
+    try:
+        client.get_registered_model(registered_model_name)
+    except MlflowException:
+        client.create_registered_model(registered_model_name)
+    version = client.create_model_version(
+        registered_model_name,
+        source=model_uri,
+        run_id=run_id,
+        tags={k: str(v) for k, v in (tags or {}).items()},
+        model_id=_logged_model_id(model_uri),
+    )
+    client.set_registered_model_alias(registered_model_name, CHALLENGER, version.version)
+    return LoggedVersion(registered_model_name, str(version.version), model_uri, run_id or "")
+
+
+def version_by_alias(tracking_uri: str, name: str, alias: str) -> ModelVersion | None:
+    """The version holding ``alias``, or None when the alias (or the model) does not exist."""
+    try:
+        return MlflowClient(tracking_uri).get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def alias_version(tracking_uri: str, name: str, alias: str) -> str | None:
+    """The version number (as a string, whatever the store returns) holding ``alias``."""
+    version = version_by_alias(tracking_uri, name, alias)
+    return None if version is None else str(version.version)
+
+
+def load_components(tracking_uri: str, name: str, alias_or_version: str) -> dict[str, Any] | None:
+    """Model and tokenizer of a registered version (by alias or number); None when absent.
+
+    Used by evaluation to compare a challenger with the current champion.
+    """
+    if alias_or_version.isdigit():
+        uri = f"models:/{name}/{alias_or_version}"
+    elif version_by_alias(tracking_uri, name, alias_or_version) is None:
+        return None
+    else:
+        uri = f"models:/{name}@{alias_or_version}"
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.transformers.load_model(uri, return_type="components")
+
+
+def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst: str | Path) -> Path | None:
+    """A local directory with the saved weights + tokenizer of a registered version, or None.
+
+    Stages that take model *paths* (TRL's trainers, the reward scorer) load from here.
+    """
+    components = load_components(tracking_uri, name, alias_or_version)
+    if components is None:
+        return None
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    components["model"].save_pretrained(dst, safe_serialization=True)
+    components["tokenizer"].save_pretrained(dst)
+    return dst

@@ -1,0 +1,130 @@
+"""Parent and nested stage runs in MLflow, each carrying the lineage tags.
+
+A pipeline run is one parent run; each stage is a nested run that points to it by id, so
+that a stage running in another thread, process or machine (a Prefect worker) can still
+attach itself to the right parent. Every run carries ``data.version``, ``git.commit`` and
+``config.hash`` so that any number in the UI can be traced to the data, code and config
+that produced it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Run
+
+import mlflow
+from alignflow.registry.tracking import sanitize_name
+from mlflow import MlflowClient
+
+DATA_VERSION_TAG = "data.version"
+GIT_COMMIT_TAG = "git.commit"
+CONFIG_HASH_TAG = "config.hash"
+STAGE_TAG = "alignflow.stage"
+LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
+UNKNOWN = "unknown"
+
+
+def git_commit(path: str | Path = ".") -> str:
+    """The commit checked out in the repository containing ``path``, or ``"unknown"``.
+
+    A run started outside a git checkout (an installed wheel, a container) must still be
+    taggable, so every failure collapses to ``"unknown"`` instead of raising.
+    """
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and commit else UNKNOWN
+
+
+def lineage_tags(data_version: str | None, config_hash: str | None, repo: str | Path = ".") -> dict[str, str]:
+    """The three tags every run and model version carries."""
+    return {
+        DATA_VERSION_TAG: data_version or UNKNOWN,
+        GIT_COMMIT_TAG: git_commit(repo),
+        CONFIG_HASH_TAG: config_hash or UNKNOWN,
+    }
+
+
+def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment ``name``, created (with ``artifact_location``) when missing.
+
+    Passing the artifact location explicitly keeps artifacts out of ``./mlruns`` of
+    whatever directory the process happens to run in.
+    """
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = Path(artifact_location).resolve().as_uri() if _is_local_path(artifact_location) else None
+    return client.create_experiment(name, artifact_location=location or artifact_location)
+
+
+def _is_local_path(location: str | None) -> bool:
+    return bool(location) and "://" not in str(location) and not str(location).startswith("file:")
+
+
+def _string_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    return {sanitize_name(k): str(v) for k, v in (tags or {}).items()}
+
+
+@contextmanager
+def pipeline_run(
+    tracking_uri: str,
+    experiment: str,
+    run_name: str | None = None,
+    tags: Mapping[str, Any] | None = None,
+    artifact_location: str | None = None,
+) -> Iterator[Run]:
+    """Start the parent run of one pipeline run (and make it the active run)."""
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=_string_tags(tags)) as run:
+        yield run
+
+
+@contextmanager
+def stage_run(
+    tracking_uri: str,
+    parent_run_id: str,
+    stage: str,
+    tags: Mapping[str, Any] | None = None,
+) -> Iterator[Run]:
+    """Start a stage's run nested under ``parent_run_id``, inheriting its lineage tags.
+
+    Takes the parent by id rather than relying on MLflow's thread-local active run, so a
+    stage executed by a task runner thread or a remote worker nests correctly.
+    """
+    mlflow.set_tracking_uri(tracking_uri)
+    parent = MlflowClient(tracking_uri).get_run(parent_run_id)
+    inherited = {k: parent.data.tags[k] for k in LINEAGE_TAGS if k in parent.data.tags}
+    merged = {**inherited, STAGE_TAG: stage, **_string_tags(tags)}
+    with mlflow.start_run(
+        experiment_id=parent.info.experiment_id,
+        run_name=stage,
+        nested=True,
+        parent_run_id=parent_run_id,
+        tags=merged,
+    ) as run:
+        yield run
+
+
+def child_runs(tracking_uri: str, parent_run_id: str) -> list[Run]:
+    """The stage runs nested under a parent run."""
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    return client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    )

@@ -1,0 +1,67 @@
+"""Safe logging to the active MLflow run, for library code that may run without one.
+
+Library stages call these unconditionally: with no active run they do nothing, so a
+notebook user is never forced to set up tracking. Names and values are made to fit
+MLflow's limits instead of failing a long training run at its last step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import mlflow
+
+MAX_PARAM_VALUE = 6000  # MLflow's limit on a param value's length
+MAX_KEY = 250
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def sanitize_name(name: str) -> str:
+    """A metric/param key MLflow accepts: safe characters only, bounded length."""
+    cleaned = _UNSAFE.sub("_", str(name)).strip("/") or "_"
+    return cleaned[:MAX_KEY]
+
+
+def active() -> bool:
+    return mlflow.active_run() is not None
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> dotted keys (``sft.learning_rate``)."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def log_params(params: Mapping[str, Any], prefix: str = "") -> None:
+    """Log (flattened, truncated) params to the active run; a no-op without one."""
+    if not active():
+        return
+    safe = {sanitize_name(k): str(v)[:MAX_PARAM_VALUE] for k, v in flatten(params, prefix).items()}
+    mlflow.log_params(safe)
+
+
+def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
+    """Log the finite numeric metrics to the active run; a no-op without one."""
+    if not active():
+        return
+    numeric = {
+        sanitize_name(k): float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+    }
+    if numeric:
+        mlflow.log_metrics(numeric, step=step)
+
+
+def set_tags(tags: Mapping[str, Any]) -> None:
+    if active():
+        mlflow.set_tags({sanitize_name(k): str(v)[:MAX_PARAM_VALUE] for k, v in tags.items()})

@@ -1,0 +1,153 @@
+import json
+
+import pytest
+import torch
+
+import mlflow
+from alignflow.data.demo import correctness_reward, format_answer, format_reward, iter_demo_pairs
+from alignflow.evaluation import evaluate, plots
+from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.kl import completion_logprobs
+from alignflow.evaluation.report import EvalReport, log_report, read_report, samples_table, write_report
+from alignflow.models import load_causal_lm
+from alignflow.models.prompting import format_prompt
+from alignflow.registry import promotion
+from alignflow.rl.functional import sequence_logprobs
+
+
+def answer_scorer(answers):
+    """A stand-in reward model that knows the demo task: right and formatted scores highest."""
+    lookup = dict(answers)
+
+    def score(prompts, completions):
+        return [
+            2 * correctness_reward(c, lookup[p]) + format_reward(c)
+            for p, c in zip(prompts, completions, strict=True)
+        ]
+
+    return score
+
+
+@pytest.fixture(scope="module")
+def eval_records():
+    return [{**r, "kind": "pair"} for r in iter_demo_pairs(120, seed=7)]
+
+
+@pytest.fixture(scope="module")
+def scorer(eval_records):
+    return answer_scorer((r["prompt"], r["metadata"]["answer"]) for r in eval_records)
+
+
+def test_reward_model_evaluation_ranks_held_out_pairs(eval_records, scorer):
+    report = evaluate.evaluate_reward_model(scorer, eval_records)
+    assert report.metrics["eval/reward_accuracy"] == 1.0
+    flipped = evaluate.evaluate_reward_model(lambda p, c: [-s for s in scorer(p, c)], eval_records)
+    assert flipped.metrics["eval/reward_accuracy"] == 0.0
+    assert len(report.series["reward/chosen"]) == len(eval_records)
+
+
+def test_worse_challenger_completions_fail_the_champion_gate(eval_records, scorer):
+    rows = evaluate.held_out_prompts(eval_records, 40)
+    prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
+    right = [format_answer(m["answer"]) for m in metadata]
+    wrong = [format_answer(m["answer"] + 1) for m in metadata]
+    sloppy = [f"I think {m['answer']}" for m in metadata]
+    config = EvaluationConfig(primary_judge="answer")
+    report = evaluate.evaluate_policy_completions(
+        prompts, metadata, wrong, sloppy, right, scorer, config=config, pair_records=eval_records
+    )
+    assert report.metrics["eval/win_rate_vs_champion"] == 0.0
+    assert report.metrics["eval/reward/win_rate_vs_champion"] == 0.0
+    assert report.metrics["eval/task_accuracy"] == 0.0
+    assert report.metrics["eval/champion_task_accuracy"] == 1.0
+    gates = promotion.gates_for(promotion.PromotionConfig(), "policy", has_champion=True)
+    failed = [r.name for r in promotion.check_gates(report.gate_metrics(), gates) if not r.passed]
+    assert failed == ["win_rate_vs_champion"]
+
+    better = evaluate.evaluate_policy_completions(
+        prompts, metadata, right, sloppy, wrong, scorer, config=config, pair_records=eval_records
+    )
+    assert better.metrics["eval/win_rate_vs_champion"] == 1.0
+    assert better.metrics["eval/task_accuracy_gain"] == 1.0
+    assert better.metrics["eval/normalised_reward"] > report.metrics["eval/normalised_reward"]
+    assert all(r.passed for r in promotion.check_gates(better.gate_metrics(), gates))
+
+
+def test_length_blow_up_is_reported(eval_records):
+    rows = evaluate.held_out_prompts(eval_records, 10)
+    prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
+    short = [format_answer(m["answer"]) for m in metadata]
+    long = [s + " " + "and so on " * 10 for s in short]
+    report = evaluate.evaluate_policy_completions(prompts, metadata, long, short, judges=[])
+    assert report.metrics["eval/length_growth_ratio"] > 3
+
+
+def test_completion_logprobs_match_a_direct_forward_pass(tiny_model_dir):
+    model, tokenizer = load_causal_lm(tiny_model_dir)
+    prompt, completion = "What is 2 plus 2?", "The answer is 4."
+    ours, _ = completion_logprobs(model, tokenizer, [prompt, "x"], [completion, "y y y y y y y y"])
+    prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        direct = sequence_logprobs(model, ids)[0, len(prompt_ids) - 1 :]
+    assert ours.shape == (len(completion_ids),)
+    torch.testing.assert_close(ours, direct, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_policy_evaluation_on_tiny_models_is_deterministic_and_kl_sees_drift(
+    tiny_model_dir, eval_records, scorer, tmp_path
+):
+    policy, tokenizer = load_causal_lm(tiny_model_dir)
+    reference, _ = load_causal_lm(tiny_model_dir)
+    config = EvaluationConfig(max_prompts=12, kl_samples=8, max_new_tokens=6, num_samples=5)
+    first = evaluate.evaluate_policy(policy, tokenizer, reference, eval_records, scorer, config=config)
+    again = evaluate.evaluate_policy(policy, tokenizer, reference, eval_records, scorer, config=config)
+    assert first.samples == again.samples and len(first.samples) == 5
+    assert first.metrics["eval/kl_to_reference"] == pytest.approx(0.0, abs=1e-6)
+    assert first.metrics["eval/reward/win_rate_vs_reference"] == 0.5  # identical greedy completions tie
+
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    drifted = evaluate.evaluate_policy(policy, tokenizer, reference, eval_records, scorer, config=config)
+    assert drifted.metrics["eval/kl_to_reference"] > 0.1
+
+    paths = write_report(drifted, tmp_path / "report")
+    assert read_report(paths["json"]).metrics == drifted.metrics
+    assert "eval/kl_to_reference" in paths["markdown"].read_text()
+    assert list(samples_table(drifted)) == ["prompt", "policy", "reference", "answer"]
+
+
+def test_report_plots_and_mlflow_logging(tmp_path, eval_records, scorer):
+    report = evaluate.evaluate_reward_model(scorer, eval_records).merge(
+        EvalReport(
+            metrics={"eval/win_rate_vs_reference": 0.7, "eval/kl_to_reference": None},
+            samples=[{"prompt": "p", "policy": "a|b", "reference": "c"}],
+            series={"length/policy": [3.0, 4.0], "length/reference": [3.0, 3.0]},
+        )
+    )
+    figures = plots.report_plots(report, tmp_path / "plots")
+    assert sorted(figures) == ["response_lengths", "reward_distributions", "win_rates"]
+    assert all(p.stat().st_size > 1000 for p in figures.values())
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        for step, loss in enumerate([3.0, 2.0, 1.0]):
+            mlflow.log_metric("train/loss", loss, step=step)
+        log_report(report, tmp_path / "out", figures)
+    client = mlflow.MlflowClient(uri)
+    logged = client.get_run(run.info.run_id).data.metrics
+    assert logged["eval/win_rate_vs_reference"] == 0.7 and "eval/kl_to_reference" not in logged
+    files = {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
+    assert {"eval/eval_report.json", "eval/eval_report.md", "eval/samples.json"} <= files
+    table = json.loads(
+        (tmp_path / "art" / run.info.run_id / "artifacts" / "eval" / "samples.json").read_text()
+    )
+    assert table["columns"] == ["prompt", "policy", "reference"]
+    curves = plots.plot_training_curves(uri, {"sft": run.info.run_id}, tmp_path / "curves.png")
+    assert curves.stat().st_size > 1000
