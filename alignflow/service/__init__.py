@@ -1,0 +1,1 @@
+"""The feedback and policy HTTP service and its storage."""

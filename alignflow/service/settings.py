@@ -1,0 +1,105 @@
+"""Settings of the feedback service: one typed object, built in code, from the CLI or the environment.
+
+Everything has a default that runs on a laptop with no server: SQLite beside the working
+directory, MLflow on a local SQLite store. Production points ``database_url`` at PostgreSQL
+and ``tracking_uri`` at the MLflow server without touching code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+"""Agent ids end up in file paths and MLflow model names: no dots, slashes or spaces."""
+
+ENV_PREFIX = "ALIGNFLOW_API_"
+
+
+class TokenSpec(BaseModel):
+    """A bearer token to install at start-up, optionally limited to some agents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr
+    name: str = Field("default", max_length=100)
+    agents: list[str] | None = None  # None: every agent
+
+    @classmethod
+    def parse(cls, text: str) -> TokenSpec:
+        """``TOKEN`` or ``TOKEN:agent_a,agent_b`` (the CLI's and the environment's spelling)."""
+        token, _, scope = text.partition(":")
+        agents = [a.strip() for a in scope.split(",") if a.strip()] or None
+        return cls(token=token, name=f"token-{len(token)}", agents=agents)
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("a bearer token needs at least 16 characters")
+        return value
+
+
+class TrainingDefaults(BaseModel):
+    """What a training job uses when the request does not say; echoed as ``modelConfig``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_model: str = "tiny"
+    use_lora: bool = False
+    learning_rate: float = Field(1e-4, gt=0)
+    max_steps: int = Field(60, ge=1)
+    batch_size: int = Field(8, ge=1)
+    algorithm: str = "dpo"
+    seconds_per_step: float = Field(0.5, gt=0, description="dry-run time estimate per optimiser step")
+    overhead_seconds: float = Field(30.0, ge=0, description="dry-run estimate of load/save time per job")
+
+
+class ServiceSettings(BaseModel):
+    """The service's whole configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    database_url: str = "sqlite:///alignflow-service.db"
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"  # NORMAL survives a process kill (WAL)
+    tracking_uri: str = "sqlite:///mlflow.db"
+    work_dir: Path = Path(".alignflow/service")  # exports, snapshots, trained models
+    tokens: list[TokenSpec] = Field(default_factory=list)
+    min_feedback: int = Field(10, ge=1)
+    max_body_bytes: int = Field(256 * 1024, ge=1024)
+    max_text_chars: int = Field(32_000, ge=1)
+    training: TrainingDefaults = Field(default_factory=TrainingDefaults)
+    training_workers: int = Field(1, ge=1, le=8)
+    run_migrations: bool = True
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.work_dir / "exports"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.work_dir / "models"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> ServiceSettings:
+        """Read ``ALIGNFLOW_API_*`` variables (tokens: comma-free ``;``-separated specs)."""
+        env = os.environ if environ is None else environ
+        values: dict = {}
+        simple = {
+            "DATABASE_URL": "database_url",
+            "TRACKING_URI": "tracking_uri",
+            "WORK_DIR": "work_dir",
+            "MIN_FEEDBACK": "min_feedback",
+            "MAX_BODY_BYTES": "max_body_bytes",
+            "SQLITE_SYNCHRONOUS": "sqlite_synchronous",
+        }
+        for suffix, field in simple.items():
+            if f"{ENV_PREFIX}{suffix}" in env:
+                values[field] = env[f"{ENV_PREFIX}{suffix}"]
+        if env.get(f"{ENV_PREFIX}TOKENS"):
+            values["tokens"] = [TokenSpec.parse(t) for t in env[f"{ENV_PREFIX}TOKENS"].split(";") if t]
+        values.update(overrides)
+        return cls.model_validate(values)
