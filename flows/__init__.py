@@ -1,0 +1,1 @@
+"""Prefect flows: the pipelines people run and schedule."""

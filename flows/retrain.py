@@ -1,0 +1,268 @@
+"""The retraining flow: validate → version → sft → reward → policy → evaluate → register → promote.
+
+Every stage is cached on (data version, the config sections it reads, code version,
+upstream models), so a run with unchanged inputs retrains nothing; a run whose data
+version and config are those the current champion was trained on ends early. One parent
+MLflow run holds a nested run per stage; stages named in ``orchestration.work_pools`` run
+as deployments on that pool (``run_deployment``), the rest in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from prefect import flow
+from prefect.deployments import run_deployment
+
+from alignflow.config import PipelineConfig, config_hash, load_config
+from alignflow.registry import models as registry_models
+from alignflow.registry.runs import CONFIG_HASH_TAG, DATA_VERSION_TAG, lineage_tags, pipeline_run
+from flows.stages import STAGE_FLOWS
+from flows.summary import RunSummary, StageOutcome
+from tasks.data import version_data, write_demo_data
+from tasks.registry import promote_models, register_models
+
+REWARD_STAGE_REF = "@reward"  # a reward-model path in config that means "the reward stage's model"
+OUTCOME_TAG = "pipeline.outcome"
+STAGE_SECTIONS = {
+    "sft": ("seed", "model", "sft"),
+    "reward": ("seed", "model", "reward"),
+    "policy": ("seed", "model", "policy", "dpo", "grpo", "ppo"),
+    "evaluate": ("evaluation",),
+    "register": ("project",),
+    "promote": ("promotion",),
+}
+
+
+def section_hash(config: PipelineConfig, stage: str) -> str:
+    """Hash of the config sections one stage reads (a change elsewhere does not retrain it)."""
+    data = config.model_dump(mode="json")
+    picked = {name: data.get(name) for name in STAGE_SECTIONS[stage]}
+    return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprint(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def call_stage(config: PipelineConfig, stage: str, params: dict[str, Any]) -> dict[str, Any]:
+    """In-process subflow, or a deployment on the work pool the config names for this stage."""
+    stage_flow = STAGE_FLOWS[stage]
+    pool = config.orchestration.work_pools.get(stage)
+    if pool is None:
+        return stage_flow(**params)
+    flow_run = run_deployment(
+        name=f"{stage_flow.name}/{config.orchestration.deployment_name}",
+        parameters=params,
+        timeout=config.orchestration.stage_timeout_s,
+    )
+    if not flow_run.state or not flow_run.state.is_completed():
+        state = flow_run.state.name if flow_run.state else "unknown"
+        raise RuntimeError(f"stage {stage!r} on work pool {pool!r} ended {state} (flow run {flow_run.id})")
+    return flow_run.state.result()
+
+
+def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:
+    """Replace ``@reward`` reward-model paths (GRPO reward functions, PPO) with the trained model."""
+    text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
+    return json.loads(text)
+
+
+def champion_matches(uri: str, project: str, data_version: str, cfg_hash: str) -> str | None:
+    """The champion policy's version when it was trained on this data and config, else None."""
+    name = registry_models.registered_name(project, "policy")
+    champion = registry_models.version_by_alias(uri, name, registry_models.CHAMPION)
+    if champion is None:
+        return None
+    tags = champion.tags or {}
+    same = tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
+    return str(champion.version) if same else None
+
+
+def champion_dir(uri: str, project: str, out_root: Path) -> tuple[str | None, str]:
+    """A local copy of the current champion policy (for win rate vs champion), and its version."""
+    name = registry_models.registered_name(project, "policy")
+    version = registry_models.alias_version(uri, name, registry_models.CHAMPION)
+    if version is None:
+        return None, ""
+    target = out_root / f"champion-v{version}"
+    path = target if (target / "config.json").exists() else None
+    path = path or registry_models.download_model_dir(uri, name, version, target)
+    return (str(path) if path else None), version
+
+
+class Stages:
+    """Runs stages in order, timing each and recording it in the summary."""
+
+    def __init__(self, config: PipelineConfig, summary: RunSummary, data: dict[str, Any], parent_run_id: str):
+        self.config, self.summary, self.data, self.parent = config, summary, data, parent_run_id
+        self.config_json = config.model_dump(mode="json")
+        self.out_root = Path(config.output_dir).resolve() / config.project
+
+    def common(self, stage: str, upstream: str) -> dict[str, Any]:
+        stage_hash = section_hash(self.config, stage)
+        key = fingerprint(stage, self.data["version"], stage_hash, upstream)
+        return {
+            "config_json": self.config_json,
+            "data_dir": self.data["data_dir"],
+            "output_dir": str(self.out_root / f"{stage}-{key}"),
+            "data_version": self.data["version"],
+            "config_hash": stage_hash,
+            "upstream": upstream,
+            "parent_run_id": self.parent,
+        }
+
+    def run(self, stage: str, params: dict[str, Any], call=None) -> dict[str, Any]:
+        started = time.perf_counter()
+        result = call() if call else call_stage(self.config, stage, params)
+        cached = bool(result.get("cached"))
+        self.summary.add(
+            StageOutcome(
+                name=stage,
+                seconds=time.perf_counter() - started,
+                compute_seconds=0.0 if cached else float(result.get("compute_seconds", 0.0)),
+                cached=cached,
+                metrics={
+                    k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float))
+                },
+                output={k: result[k] for k in ("model_dir", "report", "output_dir") if k in result},
+            )
+        )
+        return result
+
+
+def _data_source(config: PipelineConfig, repo_dir: str) -> str:
+    if config.data.source:
+        return config.data.source
+    demo_dir = Path(repo_dir) / ".alignflow" / "demo-input"
+    return write_demo_data(str(demo_dir), config.data.model_dump(mode="json"))
+
+
+def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
+    uri = config.tracking.resolved_uri()
+    sft_dir = None
+    if config.policy.run_sft:
+        sft = stages.run("sft", stages.common("sft", ""))
+        sft_dir = sft["model_dir"]
+    # a reward model on the policy's backbone starts from the SFT model (as in InstructGPT):
+    # it already reads the task, so the preference head learns from few pairs
+    reward_init = sft_dir if config.reward.backbone == "policy" else None
+    reward_params = stages.common("reward", f"init={reward_init or ''}")
+    reward_params["model_path"] = reward_init
+    reward = stages.run("reward", reward_params)
+    reward_fp = reward_params["output_dir"]
+
+    policy_params = stages.common("policy", f"sft={sft_dir or ''}|reward={reward_fp}")
+    policy_params["config_json"] = with_reward_model(stages.config_json, reward["model_dir"])
+    policy_params["model_path"] = sft_dir
+    policy = stages.run("policy", policy_params)
+
+    reference = sft_dir or config.model.name
+    champ_dir, champ_version = champion_dir(uri, config.project, stages.out_root)
+    upstream = f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
+    eval_params = stages.common("evaluate", upstream)
+    eval_params.update(
+        policy_dir=policy["model_dir"],
+        reference_dir=reference,
+        reward_dir=reward["model_dir"],
+        champion_dir=champ_dir,
+    )
+    evaluation = stages.run("evaluate", eval_params)
+
+    model_dirs = {"reward": reward["model_dir"], "policy": policy["model_dir"]}
+    reg_common = stages.common("register", upstream)
+    registered = stages.run(
+        "register",
+        {},
+        call=lambda: _task_with_cache_flag(
+            register_models,
+            config_json=stages.config_json,
+            model_dirs=model_dirs,
+            data_version=reg_common["data_version"],
+            config_hash=cfg_hash,
+            upstream=upstream,
+            parent_run_id=stages.parent,
+        ),
+    )
+    versions = registered["versions"]
+    promoted = stages.run(
+        "promote",
+        {},
+        call=lambda: _task_with_cache_flag(
+            promote_models,
+            config_json=stages.config_json,
+            versions=versions,
+            metrics=evaluation["metrics"],
+            data_version=reg_common["data_version"],
+            config_hash=section_hash(config, "promote"),
+            upstream=json.dumps(versions, sort_keys=True),
+            parent_run_id=stages.parent,
+        ),
+    )
+    summary.promotions = promoted["decisions"]
+
+
+def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
+    state = task_fn(**params, return_state=True)
+    return {**state.result(), "cached": state.name == "Cached"}
+
+
+@flow(name="retrain", log_prints=False)
+def retrain(config_path: str | None = None, overrides: list[str] | None = None, repo_dir: str = ".") -> dict:
+    """The main job. Returns a JSON-able summary (stages, times, cache hits, metrics, promotions)."""
+    started = time.perf_counter()
+    config = load_config(config_path, overrides or [])
+    cfg_hash = config_hash(config)
+    uri = config.tracking.resolved_uri()
+    summary = RunSummary(project=config.project, config_hash=cfg_hash, tracking_uri=uri)
+    experiment = config.tracking.experiment or config.project
+    with pipeline_run(
+        uri,
+        experiment,
+        run_name="retrain",
+        tags={**config.tracking.tags, **lineage_tags(None, cfg_hash, repo_dir)},
+        artifact_location=config.tracking.artifact_location,
+    ) as parent:
+        summary.parent_run_id = parent.info.run_id
+        stages = Stages(config, summary, {}, parent.info.run_id)
+        source = _data_source(config, repo_dir)
+        data = stages.run(
+            "data",
+            {},
+            call=lambda: {
+                **version_data(stages.config_json, source, repo_dir, parent.info.run_id),
+                "cached": False,
+            },
+        )
+        stages.data = data
+        summary.data_version = data["version"]
+        mlflow.set_tag(DATA_VERSION_TAG, data["version"])
+        mlflow.log_artifact(data["report_path"], "data")
+        mlflow.log_artifact(data["manifest_path"], "data")
+        unchanged = champion_matches(uri, config.project, data["version"], cfg_hash)
+        if unchanged:
+            summary.nothing_to_do = (
+                f"champion version {unchanged} was trained on data {data['version'][:12]} "
+                f"with config {cfg_hash}: nothing to do"
+            )
+            mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
+        else:
+            _train_and_promote(stages, config, summary, cfg_hash)
+            mlflow.set_tag(
+                OUTCOME_TAG,
+                "promoted" if summary.promotions.get("policy", {}).get("promoted") else "not_promoted",
+            )
+        summary.wall_seconds = time.perf_counter() - started
+        mlflow.log_metrics(
+            {
+                "pipeline/wall_seconds": summary.wall_seconds,
+                "pipeline/orchestration_overhead": summary.orchestration_overhead,
+            }
+        )
+        mlflow.log_dict(summary.to_dict(), "summary.json")
+    return summary.to_dict()

@@ -1,0 +1,1 @@
+"""Prefect tasks: each wraps one library call (retries, cache keys, MLflow nesting)."""

@@ -1,0 +1,29 @@
+"""One Prefect test API per session (its start-up is slow) and a fast pipeline config."""
+
+from __future__ import annotations
+
+import pytest
+
+# small enough for two CPU cores, large enough that every stage actually learns something
+FAST_OVERRIDES = [
+    "data.demo_rows=600",
+    "data.demo_scored_rows=100",
+    "sft.max_steps=60",
+    "reward.max_steps=60",
+    "dpo.max_steps=30",
+    "evaluation.max_prompts=20",
+    "evaluation.max_pairs=100",
+    "evaluation.kl_samples=8",
+    "evaluation.primary_judge=answer",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_api(tmp_path_factory):
+    from flows.environment import apply_defaults
+
+    apply_defaults(tmp_path_factory.mktemp("prefect-project"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield

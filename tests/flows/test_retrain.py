@@ -1,0 +1,101 @@
+"""The retraining flow end to end against a real ``mlflow server`` process (REST API).
+
+One module-scoped workspace: a first run makes the champion, a second unchanged run
+retrains nothing, a third run with a sabotaged policy config is rejected by the gates.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
+from alignflow.registry.promotion import FAILED_GATES_TAG
+from alignflow.registry.runs import DATA_VERSION_TAG, child_runs
+from alignflow.registry.server import local_mlflow_server
+from flows.retrain import retrain
+from tests.flows.conftest import FAST_OVERRIDES
+
+pytestmark = pytest.mark.slow
+TRAINING_STAGES = ("sft", "reward", "policy", "evaluate")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with local_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return tmp_path_factory.mktemp("repo")
+
+
+def run_flow(server, workspace, *extra: str) -> dict:
+    overrides = [*FAST_OVERRIDES, "project=demo", f"tracking.uri={server.url}", *extra]
+    # the first model only has to be sound (the gates that guard champion are tested below)
+    overrides.append("promotion.min_win_rate_vs_reference=null")
+    return retrain(None, overrides, repo_dir=str(workspace))
+
+
+@pytest.fixture(scope="module")
+def first(server, workspace):
+    return run_flow(server, workspace)
+
+
+def test_first_run_tracks_every_stage_and_registers_both_models(first, server):
+    client = MlflowClient(server.url)
+    parent = client.get_run(first["parent_run_id"])
+    assert parent.data.tags[DATA_VERSION_TAG] == first["data_version"]
+    assert {"git.commit", "config.hash"} <= set(parent.data.tags)
+    stages = {run.data.tags.get("mlflow.runName") for run in child_runs(server.url, parent.info.run_id)}
+    assert {"data", *TRAINING_STAGES, "register", "promote"} <= stages
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"data", "summary.json"} <= artifacts
+    runs = child_runs(server.url, parent.info.run_id)
+    evaluate_run = next(r for r in runs if r.info.run_name == "evaluate")
+    eval_files = {a.path for a in client.list_artifacts(evaluate_run.info.run_id, "eval")}
+    assert "eval/eval_report.json" in eval_files
+    assert "eval/win_rate_vs_reference" in evaluate_run.data.metrics
+    for role in ("policy", "reward"):
+        assert alias_version(server.url, f"demo-{role}", CHALLENGER) == "1"
+    assert first["promotions"]["policy"]["promoted"], first["promotions"]
+    assert alias_version(server.url, "demo-policy", CHAMPION) == "1"
+
+
+def test_unchanged_rerun_retrains_nothing(first, server, workspace):
+    second = run_flow(server, workspace)
+    assert second["data_version"] == first["data_version"]
+    assert second["nothing_to_do"], "the champion was trained on this data and config"
+    assert not any(s["name"] in TRAINING_STAGES for s in second["stages"])
+    assert MlflowClient(server.url).search_model_versions("name='demo-policy'")[0].version in (1, "1")
+
+
+def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, workspace):
+    worse = run_flow(server, workspace, "dpo.learning_rate=0.5", "dpo.max_steps=20")
+    by_name = {s["name"]: s for s in worse["stages"]}
+    assert by_name["sft"]["cached"] and by_name["reward"]["cached"]
+    assert not by_name["policy"]["cached"]
+    decision = worse["promotions"]["policy"]
+    assert not decision["promoted"], decision
+    assert alias_version(server.url, "demo-policy", CHAMPION) == "1"
+    rejected = MlflowClient(server.url).get_model_version("demo-policy", decision["version"])
+    failed = json.loads(rejected.tags[FAILED_GATES_TAG])
+    assert "win_rate_vs_champion" in failed
+
+
+def test_ppo_policy_runs_end_to_end_on_the_trained_reward_model(first, server, workspace):
+    ppo = run_flow(
+        server, workspace, "policy.algorithm=ppo", "ppo.max_steps=6", "ppo.per_device_train_batch_size=8"
+    )
+    by_name = {s["name"]: s for s in ppo["stages"]}
+    assert by_name["sft"]["cached"] and by_name["reward"]["cached"]
+    assert not by_name["policy"]["cached"]
+    assert "policy" in ppo["promotions"] and "reward" in ppo["promotions"]
+    version = ppo["promotions"]["policy"]["version"]
+    run_id = MlflowClient(server.url).get_model_version("demo-policy", version).run_id
+    assert run_id, "the PPO policy is registered from its stage run"
+    policy_run = next(r for r in child_runs(server.url, ppo["parent_run_id"]) if r.info.run_name == "policy")
+    assert any(key.startswith("train/") for key in policy_run.data.metrics), policy_run.data.metrics

@@ -1,0 +1,45 @@
+from types import SimpleNamespace
+
+from alignflow.config import load_config
+from flows.retrain import REWARD_STAGE_REF, section_hash, with_reward_model
+from tasks.caching import code_version, stage_cache_key
+from tasks.retry import is_transient
+
+
+def key(name="sft", **params):
+    context = SimpleNamespace(task=SimpleNamespace(name=name))
+    base = {"data_version": "d1", "config_hash": "c1", "upstream": ""}
+    return stage_cache_key(context, {**base, **params})
+
+
+def test_cache_key_changes_with_each_input_and_not_otherwise():
+    assert key() == key(output_dir="/elsewhere", parent_run_id="another-run")
+    assert len({key(), key(data_version="d2"), key(config_hash="c2"), key(upstream="u"), key("reward")}) == 5
+    assert code_version() == code_version() and len(code_version()) == 16
+
+
+def test_only_the_sections_a_stage_reads_change_its_hash():
+    base = load_config(None)
+    policy_changed = load_config(None, ["dpo.beta=0.3"])
+    assert section_hash(base, "sft") == section_hash(policy_changed, "sft")
+    assert section_hash(base, "reward") == section_hash(policy_changed, "reward")
+    assert section_hash(base, "policy") != section_hash(policy_changed, "policy")
+    gates_changed = load_config(None, ["promotion.min_win_rate_vs_champion=0.7"])
+    assert section_hash(base, "policy") == section_hash(gates_changed, "policy")
+    assert section_hash(base, "promote") != section_hash(gates_changed, "promote")
+
+
+def test_reward_stage_reference_is_replaced_everywhere():
+    config = {
+        "grpo": {"reward_functions": [{"kind": "reward_model", "path": REWARD_STAGE_REF}]},
+        "x": "@rewardy",
+    }
+    replaced = with_reward_model(config, "/models/reward")
+    assert replaced["grpo"]["reward_functions"][0]["path"] == "/models/reward"
+    assert replaced["x"] == "@rewardy"
+
+
+def test_only_transient_failures_are_retried():
+    assert is_transient(ConnectionResetError()) and is_transient(TimeoutError())
+    assert not is_transient(FileNotFoundError("data/train.parquet"))
+    assert not is_transient(ValueError("bad config")) and not is_transient(None)
