@@ -1,0 +1,3 @@
+from alignflow.cli import main
+
+main()

@@ -1,0 +1,72 @@
+"""``alignflow api``: serve the feedback and policy service with uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+
+import typer
+
+
+def _load_launcher(spec: str, settings):
+    """``module:attribute`` naming a launcher object or a factory taking the settings."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise typer.BadParameter(f"--launcher {spec!r}: expected 'module:attribute'")
+    target = getattr(importlib.import_module(module_name), attribute)
+    return target if hasattr(target, "launch") else target(settings)
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="interface to listen on"),
+    port: int = typer.Option(8000, help="TCP port"),
+    db_url: str | None = typer.Option(
+        None, "--db-url", help="SQLAlchemy URL (default sqlite:///alignflow-service.db)"
+    ),
+    token: list[str] = typer.Option(
+        [], "--token", help="bearer token, optionally scoped: TOKEN or TOKEN:agent_a,agent_b (repeatable)"
+    ),
+    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI (default sqlite:///mlflow.db)"),
+    work_dir: str | None = typer.Option(None, help="where exports and trained models go"),
+    min_feedback: int | None = typer.Option(None, help="feedback samples needed before training"),
+    launcher: str = typer.Option(
+        "flows.feedback_launcher:make_launcher",
+        help="module:attribute of a training launcher; 'library' trains in-process without Prefect",
+    ),
+    log_level: str = typer.Option("info", help="uvicorn log level"),
+) -> None:
+    """Serve the feedback/training/policy HTTP API (OpenAPI at /docs and /openapi.json)."""
+    import uvicorn
+
+    from alignflow.service.app import create_app
+    from alignflow.service.settings import ServiceSettings, TokenSpec
+
+    overrides: dict = {}
+    if db_url:
+        overrides["database_url"] = db_url
+    if tracking_uri:
+        overrides["tracking_uri"] = tracking_uri
+    if work_dir:
+        overrides["work_dir"] = work_dir
+    if min_feedback is not None:
+        overrides["min_feedback"] = min_feedback
+    try:
+        if token:
+            overrides["tokens"] = [TokenSpec.parse(t) for t in token]
+        settings = ServiceSettings.from_env(**overrides)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if not settings.tokens:
+        generated = secrets.token_urlsafe(32)
+        settings = settings.model_copy(update={"tokens": [TokenSpec(token=generated, name="generated")]})
+        typer.echo(f"no --token given; this run accepts the generated token: {generated}", err=True)
+    if launcher != "library":
+        from flows.environment import apply_defaults
+
+        apply_defaults()
+    chosen = _load_launcher(launcher, settings) if launcher != "library" else None
+    uvicorn.run(create_app(settings, chosen), host=host, port=port, log_level=log_level)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("api")(serve)

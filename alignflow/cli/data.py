@@ -1,0 +1,178 @@
+"""``alignflow data``: generate the demo data, validate input, version a snapshot, show versions.
+
+Exit codes: 0 valid, 1 validation failed, 2 usage error or unreadable input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Validate, version and inspect preference data.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+SHOWN_EXAMPLES = 10
+FORMAT_HELP = "reader: jsonl, json, parquet, csv, datasets (default: detected)"
+
+
+def _config(config_path: Path | None, overrides: list[str]):
+    from alignflow.config import ConfigError, load_config
+
+    try:
+        return load_config(config_path, overrides).data
+    except ConfigError as exc:
+        err.print(f"[red]config error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _print_report(report: dict) -> None:
+    verdict = "[green]PASSED[/green]" if report["passed"] else "[red]FAILED[/red]"
+    console.print(
+        f"validation {verdict}: {report['input_rows']} rows read, {report['kept']} kept, "
+        f"{report['quarantined']} quarantined ({report['bad_fraction']:.2%}; limit "
+        f"{report['max_bad_fraction']:.2%})"
+    )
+    if report["kinds"]:
+        console.print("kinds: " + ", ".join(f"{k}={v}" for k, v in report["kinds"].items()))
+    for path in report["unreadable_files"]:
+        err.print(f"[red]unreadable:[/red] {path}")
+    for path in report["truncated_files"]:
+        err.print(f"[red]truncated:[/red] {path}")
+    if report["counts_by_reason"]:
+        table = Table("reason", "rows")
+        for code, count in report["counts_by_reason"].items():
+            table.add_row(code, str(count))
+        console.print(table)
+        # one example per line, never wrapped, so file:row stays copyable and greppable
+        for code, count in report["counts_by_reason"].items():
+            shown = report["examples"][code][:SHOWN_EXAMPLES]
+            for ex in shown:
+                where = ex["file"] if ex["row"] is None else f"{ex['file']}:{ex['row']}"
+                field = f" [{ex['field']}]" if ex["field"] else ""
+                console.print(f"{code}: {where}{field}: {ex['message']}", markup=False, soft_wrap=True)
+            if count > len(shown):
+                console.print(
+                    f"{code}: ... {count - len(shown)} more (--report FILE lists more; "
+                    "data add keeps all in quarantine.parquet)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning {warning['code']}:[/yellow] {warning['message']}")
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Argument(..., help="folder for the demo JSONL files"),
+    rows: int = typer.Option(None, help="pairwise rows (default: data.demo_rows)"),
+    seed: int = typer.Option(0, help="generator seed"),
+) -> None:
+    """Write the built-in demo data set (pairs, scored feedback, prompts, held-out eval)."""
+    from alignflow.data.config import DataConfig
+    from alignflow.data.demo import write_demo_dataset
+
+    config = DataConfig()
+    paths = write_demo_dataset(
+        out_dir,
+        n_pairs=rows or config.demo_rows,
+        n_scored=config.demo_scored_rows,
+        seed=seed,
+        eval_fraction=config.eval_fraction,
+    )
+    for name, path in paths.items():
+        console.print(f"{name:>8}: {path}")
+
+
+@app.command()
+def validate(
+    path: list[Path] = typer.Argument(..., help="files or directories to validate"),
+    fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
+    report: Path = typer.Option(None, "--report", help="write the JSON report here"),
+    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML"),
+    overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. data.max_chars=100"),
+) -> None:
+    """Validate preference data and report bad rows by reason, file and row."""
+    from alignflow.data.readers import FormatError
+    from alignflow.data.report import write_report
+    from alignflow.data.validation import exit_code, validate_paths
+
+    config = _config(config_path, overrides)
+    try:
+        validated = validate_paths(list(path), config, fmt)
+    except FormatError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    _print_report(validated.report)
+    if report:
+        console.print(f"report: {write_report(validated.report, report)}", soft_wrap=True)
+    raise typer.Exit(exit_code(validated.report))
+
+
+@app.command()
+def add(
+    path: list[Path] = typer.Argument(..., help="files or directories to version"),
+    fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
+    repo: Path = typer.Option(Path("."), "--repo", help="git/DVC repo to version the snapshot in"),
+    no_push: bool = typer.Option(False, "--no-push", help="do not push to the DVC remote"),
+    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML"),
+    overrides: list[str] = typer.Option([], "--set", help="override a config key"),
+) -> None:
+    """Validate -> normalise -> split -> write data/ -> dvc add -> push; prints the data version."""
+    from alignflow.data.pipeline import DataValidationFailed, add_dataset
+    from alignflow.data.readers import FormatError
+
+    config = _config(config_path, overrides)
+    try:
+        version = add_dataset(list(path), config, repo, fmt, push=not no_push)
+    except FormatError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except DataValidationFailed as exc:
+        err.print(exc.result.summary, markup=False, soft_wrap=True)
+        err.print(f"[red]not versioned[/red]; report: {exc.result.report_path}")
+        raise typer.Exit(exc.result.exit_code) from None
+    console.print(version.validation.summary, markup=False, soft_wrap=True)
+    counts = ", ".join(f"{k}={v}" for k, v in version.counts.items())
+    console.print(f"snapshot: {version.data_dir} ({counts})")
+    console.print(f"data version: [bold]{version.version}[/bold]")
+
+
+@app.command()
+def show(
+    repo: Path = typer.Option(Path("."), "--repo", help="git/DVC repo holding data.dvc"),
+    data_dir: str = typer.Option("data", help="snapshot folder inside the repo"),
+) -> None:
+    """Current data version, its counts, and the history of `data add`."""
+    from alignflow.data.pipeline import dataset_status
+
+    status = dataset_status(repo, data_dir)
+    if status["version"] is None:
+        err.print(f"no data version in {repo.resolve()}: run `alignflow data add PATH` first")
+        raise typer.Exit(EXIT_INVALID)
+    console.print(f"data version: [bold]{status['version']}[/bold]")
+    manifest = status["manifest"]
+    if manifest:
+        console.print("counts: " + ", ".join(f"{k}={v}" for k, v in manifest["counts"].items()))
+        console.print("sources: " + ", ".join(s["path"] for s in manifest["sources"]))
+        if manifest["quarantine_by_reason"]:
+            console.print(
+                "quarantine: " + ", ".join(f"{k}={v}" for k, v in manifest["quarantine_by_reason"].items())
+            )
+    else:
+        console.print("[yellow]snapshot not checked out[/yellow]: run `dvc pull`")
+    if status["history"]:
+        table = Table("added", "version", "sources", "counts")
+        for item in status["history"]:
+            current = " (current)" if item["version"] == status["version"] else ""
+            table.add_row(
+                item["added_at"],
+                item["version"] + current,
+                ", ".join(item["sources"]),
+                ", ".join(f"{k}={v}" for k, v in item["counts"].items()),
+            )
+        console.print(table)

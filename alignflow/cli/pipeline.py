@@ -1,0 +1,88 @@
+"""``alignflow run`` (the main job) and ``alignflow serve`` (the nightly schedule, locally)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+_NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
+
+
+def _fmt_metrics(metrics: dict[str, Any], limit: int = 4) -> str:
+    shown = [(k, v) for k, v in metrics.items() if not any(n in k for n in _NOISE)][:limit]
+    return ", ".join(f"{k.split('/')[-1]}={v:.3g}" for k, v in shown)
+
+
+def render_summary(summary: dict[str, Any]) -> None:
+    """The end-of-run table: stages, times, cache hits, key metrics, promotions, UI commands."""
+    table = Table(title=f"alignflow run — {summary['project']}")
+    for column in ("stage", "time (s)", "cache", "key metrics"):
+        table.add_column(column)
+    for stage in summary["stages"]:
+        cache = "[green]hit[/]" if stage["cached"] else "ran"
+        table.add_row(stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["metrics"]))
+    console.print(table)
+    console.print(f"data version (DVC md5): [bold]{summary['data_version']}[/]")
+    if summary.get("nothing_to_do"):
+        console.print(f"[bold]Nothing to do:[/] {summary['nothing_to_do']}")
+    for decision in summary.get("promotions", {}).values():
+        verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
+        console.print(f"{decision['name']} v{decision['version']}: {verdict} — {decision['reason']}")
+    hits = sum(1 for s in summary["stages"] if s["cached"])
+    console.print(
+        f"wall {summary['wall_seconds']:.1f}s, stage compute {summary['compute_seconds']:.1f}s, "
+        f"orchestration overhead {summary['orchestration_overhead']:.1%}, cache hits {hits}"
+    )
+    uri = summary.get("tracking_uri") or "sqlite:///mlflow.db"
+    console.print("\nOpen the UIs:")
+    console.print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
+    console.print("  prefect server start   # then browse http://127.0.0.1:4200")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML"),
+        overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. dpo.beta=0.2"),
+        summary_json: Path | None = typer.Option(None, help="also write the run summary here as JSON"),
+    ) -> None:
+        """Run the whole retraining flow (validate → … → promote) on the configured services."""
+        from flows.environment import apply_defaults
+
+        apply_defaults()
+        from alignflow.config import ConfigError, load_config
+
+        try:
+            load_config(config, overrides)
+        except ConfigError as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from exc
+        from flows.retrain import retrain
+
+        summary = retrain(str(config) if config else None, list(overrides))
+        render_summary(summary)
+        if summary_json:
+            summary_json.write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+
+    @app.command()
+    def serve(
+        config: Path = typer.Option(Path("configs/demo.yaml"), "--config", "-c", help="pipeline config YAML"),
+        cron: str = typer.Option("0 3 * * *", help="when to retrain (cron, UTC)"),
+        name: str = typer.Option("nightly", help="deployment name"),
+    ) -> None:
+        """Serve the retraining schedule from this process (Ctrl-C to stop)."""
+        from flows.environment import apply_defaults
+
+        apply_defaults()
+        from flows.retrain import retrain
+
+        console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
+        retrain.serve(name=name, cron=cron, parameters={"config_path": str(config)})

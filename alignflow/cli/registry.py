@@ -1,0 +1,101 @@
+"""``alignflow promote`` and ``alignflow rollback``: registry decisions made by people.
+
+``promote`` re-judges a version (the challenger by default) against the configured gates
+using the evaluation metrics recorded on it, or with ``--force`` moves ``champion``
+without gates (tagged as a manual decision). ``rollback`` moves ``champion`` back to the
+version it replaced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ROLE_HELP = "which registered model: policy or reward"
+
+
+def _settings(config: Path | None, overrides: list[str], tracking_uri: str | None, role: str):
+    from alignflow.config import ConfigError, load_config
+    from alignflow.registry.models import registered_name
+
+    try:
+        cfg = load_config(config, overrides)
+        name = registered_name(cfg.project, role)
+    except (ConfigError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return cfg, tracking_uri or cfg.tracking.resolved_uri(), name
+
+
+def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
+    """Recorded evaluation metrics of a version, else the metrics of the run that logged it."""
+    from alignflow.registry.promotion import recorded_metrics
+    from mlflow import MlflowClient
+
+    metrics = recorded_metrics(uri, name, version)
+    if metrics:
+        return metrics
+    run_id = MlflowClient(uri).get_model_version(name, version).run_id
+    return dict(MlflowClient(uri).get_run(run_id).data.metrics) if run_id else {}
+
+
+def promote(
+    version: str | None = typer.Option(None, help="version number; default: the challenger"),
+    role: str = typer.Option("policy", help=ROLE_HELP),
+    force: bool = typer.Option(False, help="move champion without checking the gates"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (gates, project)"),
+    overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. promotion.max_kl=0.5"),
+    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
+) -> None:
+    """Promote a model version to champion if it passes every gate (or unconditionally with --force)."""
+    from alignflow.registry import models, promotion
+
+    cfg, uri, name = _settings(config, overrides, tracking_uri, role)
+    console = Console()
+    version = version or models.alias_version(uri, name, models.CHALLENGER)
+    if version is None:
+        console.print(f"[red]{name} has no challenger; pass --version[/red]")
+        raise typer.Exit(2)
+    if force:
+        previous = promotion.set_champion(uri, name, version, "manual promotion (gates not checked)")
+        console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
+        return
+    decision = promotion.promote(uri, name, version, _metrics_of(uri, name, version), cfg.promotion, role)
+    table = Table("gate", "metric", "value", "needs", "passed", title=f"{name} version {version}")
+    for r in decision.results:
+        value = "missing" if r.value is None else f"{r.value:.4g}"
+        table.add_row(
+            r.name, r.metric, value, f"{r.op} {r.threshold:g}", "yes" if r.passed else "[red]no[/red]"
+        )
+    console.print(table)
+    if not decision.promoted:
+        console.print(
+            f"[red]rejected[/red]: {decision.reason}; champion stays {decision.previous_champion or 'none'}"
+        )
+        raise typer.Exit(1)
+    console.print(f"[green]promoted[/green]: champion -> version {version}")
+
+
+def rollback(
+    role: str = typer.Option("policy", help=ROLE_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (project)"),
+    overrides: list[str] = typer.Option([], "--set", help="override a config key"),
+    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
+) -> None:
+    """Move champion back to the previous champion."""
+    from alignflow.registry import promotion
+
+    _, uri, name = _settings(config, overrides, tracking_uri, role)
+    try:
+        old, new = promotion.rollback(uri, name)
+    except LookupError as exc:
+        Console().print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    Console().print(f"{name}: champion {old} -> {new}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("promote")(promote)
+    app.command("rollback")(rollback)
