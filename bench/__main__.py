@@ -1,0 +1,57 @@
+"""Run benchmarks: every ``bench/*_bench.py`` exposing ``run() -> dict`` (or those named).
+
+Each result goes to ``bench/results/<name>.json``; ``bench/results/README.md`` is rebuilt as
+one Markdown table over all result files, so later benchmarks plug in by adding a module.
+Usage: ``python -m bench [name ...]`` where name is e.g. ``validation`` or ``validation_bench``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = BENCH_DIR / "results"
+
+
+def discover() -> list[str]:
+    return sorted(p.stem for p in BENCH_DIR.glob("*_bench.py"))
+
+
+def _scalar(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_table(results_dir: Path = RESULTS) -> Path:
+    """One row per metric of every result file: benchmark | metric | value."""
+    lines = ["# Benchmark results", "", "| benchmark | metric | value |", "|---|---|---|"]
+    for path in sorted(results_dir.glob("*.json")):
+        data = json.loads(path.read_text())
+        for key, value in data.items():
+            if isinstance(value, int | float | str | bool) and key != "name":
+                lines.append(f"| {path.stem} | {key} | {_scalar(value)} |")
+    out = results_dir / "README.md"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    names = [n if n.endswith("_bench") else f"{n}_bench" for n in argv] or discover()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        module = importlib.import_module(f"bench.{name}")
+        started = time.perf_counter()
+        result = module.run()
+        result.setdefault("wall_s", round(time.perf_counter() - started, 2))
+        short = name.removesuffix("_bench")
+        (RESULTS / f"{short}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        print(f"{short}: {json.dumps(result)}")
+    print(f"table: {write_table()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
