@@ -25,7 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ALIGNFLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 HH_RLHF_TEST = SHARED_DATA / "hh-rlhf-harmless-base-test.jsonl.gz"
 POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
-POSTGRES_URL = os.environ.get("ALIGNFLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "ALIGNFLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 
 
 def in_ci() -> bool:

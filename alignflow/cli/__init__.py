@@ -18,7 +18,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Preference training of language models as tracked, versioned, gated pipelines."""

@@ -52,7 +52,9 @@ def check_mlflow(uri: str) -> Check:
         return Check("MLflow", ok, f"SQLite store in {folder}", f"make {folder} writable")
     if parsed.scheme.startswith("postgresql"):
         return Check("MLflow", True, f"database store {parsed.hostname}:{parsed.port or 5432} (not probed)")
-    return Check("MLflow", False, f"unsupported tracking URI {uri!r}", "use sqlite:///mlflow.db or http://host:5000")
+    return Check(
+        "MLflow", False, f"unsupported tracking URI {uri!r}", "use sqlite:///mlflow.db or http://host:5000"
+    )
 
 
 def check_dvc(remote: str | None) -> Check:

@@ -31,8 +31,9 @@ def _settings(config: Path | None, overrides: list[str], tracking_uri: str | Non
 
 def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
     """Recorded evaluation metrics of a version, else the metrics of the run that logged it."""
-    from alignflow.registry.promotion import recorded_metrics
     from mlflow import MlflowClient
+
+    from alignflow.registry.promotion import recorded_metrics
 
     metrics = recorded_metrics(uri, name, version)
     if metrics:

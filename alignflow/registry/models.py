@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities.model_registry import ModelVersion
-from mlflow.exceptions import MlflowException
-
 import mlflow
 from mlflow import MlflowClient
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from mlflow import MlflowClient
 from pydantic import BaseModel, ConfigDict, Field
 
 from alignflow.registry.models import CHAMPION, version_by_alias
-from mlflow import MlflowClient
 
 # metric keys shared with alignflow.evaluation (the eval report's flat metrics)
 WIN_RATE_VS_CHAMPION = "eval/win_rate_vs_champion"

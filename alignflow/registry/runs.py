@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import mlflow
+from mlflow import MlflowClient
 from mlflow.entities import Run
 
-import mlflow
 from alignflow.registry.tracking import sanitize_name
-from mlflow import MlflowClient
 
 DATA_VERSION_TAG = "data.version"
 GIT_COMMIT_TAG = "git.commit"

@@ -23,7 +23,9 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:
+def masked_mean(
+    values: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None
+) -> torch.Tensor:
     if mask is None:
         return values.mean() if dim is None else values.mean(dim=dim)
     mask = mask.to(values.dtype)

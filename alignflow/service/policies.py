@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from alignflow.registry.models import register
 from alignflow.registry.runs import ensure_experiment
 from alignflow.service.schemas import PolicyOut
-from mlflow import MlflowClient
 
 AGENT_TAG = "agent_id"
 JOB_TAG = "alignflow.job_id"

@@ -1,9 +1,9 @@
 import json
 
+import mlflow
 import pytest
 import torch
 
-import mlflow
 from alignflow.data.demo import correctness_reward, format_answer, format_reward, iter_demo_pairs
 from alignflow.evaluation import evaluate, plots
 from alignflow.evaluation.config import EvaluationConfig

@@ -1,10 +1,10 @@
+import mlflow
 import pytest
+from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-import mlflow
 from alignflow.cli import app
 from alignflow.registry import models, promotion
-from mlflow import MlflowClient
 
 
 @pytest.mark.slow

@@ -1,10 +1,10 @@
 """Against a real ``mlflow server`` process over its REST API (loopback)."""
 
-import pytest
-
 import mlflow
-from alignflow.registry import models, promotion, runs
+import pytest
 from mlflow import MlflowClient
+
+from alignflow.registry import models, promotion, runs
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
 import json
 
-import pytest
-
 import mlflow
+import pytest
+from mlflow import MlflowClient
+
 from alignflow.registry import models, promotion
 from alignflow.registry.promotion import PromotionConfig
-from mlflow import MlflowClient
 
 
 def test_a_missing_metric_fails_its_gate_and_none_switches_a_gate_off():

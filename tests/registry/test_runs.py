@@ -1,8 +1,9 @@
 import subprocess
 
 import mlflow
-from alignflow.registry import runs
 from mlflow import MlflowClient
+
+from alignflow.registry import runs
 
 
 def test_git_commit_of_a_repo_and_of_a_plain_directory(tmp_path):

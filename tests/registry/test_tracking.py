@@ -1,4 +1,5 @@
 import mlflow
+
 from alignflow.registry import tracking
 
 
