@@ -16,9 +16,25 @@ console = Console()
 _NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
 
 
-def _fmt_metrics(metrics: dict[str, Any], limit: int = 4) -> str:
-    shown = [(k, v) for k, v in metrics.items() if not any(n in k for n in _NOISE)][:limit]
-    return ", ".join(f"{k.split('/')[-1]}={v:.3g}" for k, v in shown)
+# what a person checks first in each stage's row; other metrics fill the rest of the cell
+_HEADLINE = {
+    "evaluate": (
+        "eval/task_accuracy",
+        "eval/reference_task_accuracy",
+        "eval/win_rate_vs_reference",
+        "eval/win_rate_vs_champion",
+        "eval/length_growth_ratio",
+        "eval/kl_to_reference",
+        "eval/reward_accuracy",
+    ),
+}
+
+
+def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
+    headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
+    rest = [k for k in metrics if k not in headline and not any(n in k for n in _NOISE)]
+    shown = (headline + rest)[: max(limit, len(headline))]
+    return ", ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in shown)
 
 
 def render_summary(summary: dict[str, Any]) -> None:
@@ -28,7 +44,9 @@ def render_summary(summary: dict[str, Any]) -> None:
         table.add_column(column)
     for stage in summary["stages"]:
         cache = "[green]hit[/]" if stage["cached"] else "ran"
-        table.add_row(stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["metrics"]))
+        table.add_row(
+            stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["name"], stage["metrics"])
+        )
     console.print(table)
     console.print(f"data version (DVC md5): [bold]{summary['data_version']}[/]")
     if summary.get("nothing_to_do"):

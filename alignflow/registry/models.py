@@ -9,8 +9,10 @@ explicitly so that nothing depends on a process-global default.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,17 +120,30 @@ def log_model(
     task = infer_task(model_dir)
     base = base_model_reference(model_dir)
     metadata = {"alignflow.source_dir": str(model_dir), **({BASE_MODEL_TAG: base} if base else {})}
-    info = mlflow.transformers.log_model(
-        _load_components(model_dir, task),
-        name=name,
-        task=task,
-        pip_requirements=_pip_requirements(),
-        metadata=metadata,
-    )
+    with _quiet_hub_lookups():
+        info = mlflow.transformers.log_model(
+            _load_components(model_dir, task),
+            name=name,
+            task=task,
+            pip_requirements=_pip_requirements(),
+            metadata=metadata,
+        )
     if registered_model_name is None:
         return None
     version_tags = {**(tags or {}), MODEL_KIND_TAG: task, **({BASE_MODEL_TAG: base} if base else {})}
     return register(tracking_uri, info.model_uri, registered_model_name, run.info.run_id, version_tags)
+
+
+@contextmanager
+def _quiet_hub_lookups() -> Iterator[None]:
+    """A local model built offline has no hub card or licence; MLflow warns about both, every time."""
+    logger = logging.getLogger("mlflow.transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _logged_model_id(model_uri: str) -> str | None:
