@@ -27,6 +27,7 @@ _HEADLINE = {
         "eval/kl_to_reference",
         "eval/reward_accuracy",
     ),
+    "reward": ("eval/accuracy", "eval/ece", "eval/margin_mean", "train/accuracy"),
 }
 
 
@@ -34,7 +35,8 @@ def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
     headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
     rest = [k for k in metrics if k not in headline and not any(n in k for n in _NOISE)]
     shown = (headline + rest)[: max(limit, len(headline))]
-    return ", ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in shown)
+    # held-out figures go by their bare name; any other scope stays (train accuracy is not accuracy)
+    return ", ".join(f"{k.removeprefix('eval/')}={metrics[k]:.3g}" for k in shown)
 
 
 def render_summary(summary: dict[str, Any]) -> None:

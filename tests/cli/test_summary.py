@@ -1,0 +1,30 @@
+"""The end-of-run table's key-metrics cell: what a person reads first after ``alignflow run``."""
+
+from __future__ import annotations
+
+from alignflow.cli.pipeline import _fmt_metrics
+
+
+def test_evaluate_row_leads_with_task_accuracy_against_the_reference():
+    metrics = {
+        "eval/reward_margin": 3.7,
+        "eval/kl_to_reference": 10.1,
+        "eval/reference_task_accuracy": 0.0,
+        "eval/task_accuracy": 0.429,
+        "eval/reward_accuracy": 0.589,
+    }
+    cell = _fmt_metrics("evaluate", metrics)
+    assert cell.startswith("task_accuracy=0.429, reference_task_accuracy=0")
+    assert "reward_margin" not in cell  # headline metrics fill the cell before the rest
+
+
+def test_reward_row_shows_held_out_accuracy_and_keeps_the_train_scope():
+    metrics = {"train/accuracy": 0.739, "train_loss": 0.36, "eval/accuracy": 0.617, "eval/ece": 0.05}
+    cell = _fmt_metrics("reward", metrics)
+    assert cell.startswith("accuracy=0.617, ece=0.05")
+    assert "train/accuracy=0.739" in cell
+
+
+def test_noise_is_left_out_of_other_rows():
+    cell = _fmt_metrics("sft", {"train_runtime": 8.2, "epoch": 2.9, "eval_loss": 0.524})
+    assert cell == "eval_loss=0.524"
