@@ -24,6 +24,7 @@ from alignflow.training.stage import (
     AtomicCheckpointMixin,
     StageResult,
     TrackingCallback,
+    begin_stage,
     filter_known_args,
     finish_stage,
     load_optional_pairs,
@@ -31,8 +32,6 @@ from alignflow.training.stage import (
     require_rows,
     resolve_start_model,
     save_final_model,
-    seed_everything,
-    stage_seed,
     train_with_resume,
     trainer_arguments,
 )
@@ -127,10 +126,7 @@ def run_dpo(
 ) -> StageResult:
     """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
     stage = config.dpo
-    seed = stage_seed(stage, config.seed)
-    seed_everything(seed)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
     pairs = require_rows(load_pairs(data_dir, "train"), data_dir, "train", "pair/scored")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)

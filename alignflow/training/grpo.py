@@ -30,13 +30,12 @@ from alignflow.training.stage import (
     AtomicCheckpointMixin,
     StageResult,
     TrackingCallback,
+    begin_stage,
     filter_known_args,
     finish_stage,
     require_rows,
     resolve_start_model,
     save_final_model,
-    seed_everything,
-    stage_seed,
     train_with_resume,
     trainer_arguments,
 )
@@ -154,10 +153,7 @@ def run_grpo(
 ) -> StageResult:
     """Optimise the policy on the snapshot's prompts; metrics: greedy eval reward before/after."""
     stage = config.grpo
-    seed = stage_seed(stage, config.seed)
-    seed_everything(seed)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
     rows = require_rows(prompt_rows(data_dir, "train"), data_dir, "train", "prompt")
     eval_rows = prompt_rows(data_dir, "eval")[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)

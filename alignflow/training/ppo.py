@@ -45,12 +45,11 @@ from alignflow.training.stage import (
     STAGING,
     StageResult,
     _fsync_dir,
+    begin_stage,
     finish_stage,
     last_complete_checkpoint,
     require_rows,
     resolve_start_model,
-    seed_everything,
-    stage_seed,
 )
 
 Component = Callable[[list[Any], list[str], list[Mapping[str, Any]]], list[float]]
@@ -314,10 +313,7 @@ def run_ppo(
     stage: PPOStageConfig = config.ppo
     if config.model.lora.enabled:
         raise ValueError("ppo: LoRA/QLoRA is not supported by the PPO stage; set model.lora.enabled=false")
-    seed = stage_seed(stage, config.seed)
-    seed_everything(seed)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
     checkpoints_dir = output_dir / CHECKPOINTS
 
     cfg = ppo_config(stage, seed, checkpoints_dir)

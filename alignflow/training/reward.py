@@ -32,6 +32,7 @@ from alignflow.training.stage import (
     AtomicCheckpointMixin,
     StageResult,
     TrackingCallback,
+    begin_stage,
     filter_known_args,
     finish_stage,
     load_optional_pairs,
@@ -39,8 +40,6 @@ from alignflow.training.stage import (
     require_rows,
     resolve_start_model,
     save_final_model,
-    seed_everything,
-    stage_seed,
     train_with_resume,
     trainer_arguments,
 )
@@ -160,10 +159,7 @@ def run_reward(
 ) -> StageResult:
     """Train a reward model; metrics: eval accuracy, margin, ECE, reward mean/std."""
     stage = config.reward
-    seed = stage_seed(stage, config.seed)
-    seed_everything(seed)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
     names = [o.name for o in stage.objectives]
     weights = [o.weight for o in stage.objectives]
 

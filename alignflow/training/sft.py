@@ -21,13 +21,12 @@ from alignflow.training.stage import (
     AtomicCheckpointMixin,
     StageResult,
     TrackingCallback,
+    begin_stage,
     filter_known_args,
     finish_stage,
     require_rows,
     resolve_start_model,
     save_final_model,
-    seed_everything,
-    stage_seed,
     train_with_resume,
     trainer_arguments,
 )
@@ -67,10 +66,7 @@ def run_sft(
 ) -> StageResult:
     """Train a policy on the preferred responses; returns eval loss before and after."""
     stage = config.sft
-    seed = stage_seed(stage, config.seed)
-    seed_everything(seed)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
     train_rows = sft_examples(data_dir, "train", stage.min_score)
     require_rows(train_rows, data_dir, "train", "pair/scored")
     eval_rows = sft_examples(data_dir, "eval", stage.min_score)[: stage.eval_max_rows or None]

@@ -87,6 +87,15 @@ def stage_seed(config: StageConfig, pipeline_seed: int) -> int:
     return pipeline_seed if config.seed is None else config.seed
 
 
+def begin_stage(config: StageConfig, pipeline_seed: int, output_dir: str | Path) -> tuple[int, Path]:
+    """Seed everything with the stage's seed and create its output folder; every stage starts here."""
+    seed = stage_seed(config, pipeline_seed)
+    seed_everything(seed)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return seed, output_dir
+
+
 def trainer_arguments(
     config: StageConfig, output_dir: str | Path, model: ModelSpec, seed: int, has_eval: bool
 ) -> dict[str, Any]:
