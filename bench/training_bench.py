@@ -59,22 +59,11 @@ def prepare(root: Path) -> tuple[Path, Path]:
 
 
 def _pairs_dataset(data_dir: Path, tokenizer: Any):
-    """The rows TRL sees: the snapshot's pairs, prompts rendered as every alignflow stage renders them."""
-    from datasets import Dataset
-
+    """The rows TRL sees: the snapshot's pairs rendered exactly as alignflow's DPO stage renders them."""
     from alignflow.data.snapshot import load_split
-    from alignflow.models.prompting import completion_text, format_prompt
+    from alignflow.training.dpo import pair_dataset
 
-    return Dataset.from_list(
-        [
-            {
-                "prompt": format_prompt(tokenizer, p["prompt"]),
-                "chosen": completion_text(p["chosen"]),
-                "rejected": completion_text(p["rejected"]),
-            }
-            for p in load_split(data_dir, "train", kind="pair")
-        ]
-    )
+    return pair_dataset(load_split(data_dir, "train", kind="pair"), tokenizer)
 
 
 def _trl_common(out: Path, stage: str) -> dict[str, Any]:
