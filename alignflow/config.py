@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from alignflow.data.config import DataConfig
 from alignflow.evaluation.config import EvaluationConfig
-from alignflow.models.factory import ModelSpec
-from alignflow.registry.promotion import PromotionConfig
+from alignflow.models.model_config import ModelSpec
+from alignflow.registry.promotion_config import PromotionConfig
 from alignflow.runtime_config import OrchestrationConfig, TrackingConfig
 from alignflow.training.dpo_config import DPOConfig
 from alignflow.training.grpo_config import GRPOConfig

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULTS = {
@@ -24,6 +26,9 @@ DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "TRANSFORMERS_VERBOSITY": "error",
+    # model load/save bars; the trainers' own bars follow TRANSFORMERS_VERBOSITY
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 
 
@@ -36,3 +41,21 @@ def apply_defaults(project_dir: str | Path = ".") -> None:
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     storage = Path(project_dir).resolve() / ".alignflow" / "prefect-results"
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(storage))
+
+
+@contextmanager
+def local_flow_settings() -> Iterator[None]:
+    """Settings for a flow run in this process on Prefect's ephemeral API.
+
+    Heartbeats let a server spot crashed runs of its workers; an ephemeral API lives and
+    dies with this process, so they protect nothing there, while each (sub)flow's
+    heartbeat thread holds up its exit for up to a second. With a server configured
+    (``PREFECT_API_URL``) nothing changes.
+    """
+    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield

@@ -21,14 +21,14 @@ from prefect.deployments import run_deployment
 
 from alignflow.config import PipelineConfig, config_hash, load_config
 from alignflow.registry import models as registry_models
-from alignflow.registry.runs import CONFIG_HASH_TAG, DATA_VERSION_TAG, lineage_tags, pipeline_run
+from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
-from tasks.data import version_data, write_demo_data
+from flows.unchanged import OUTCOME_TAG, data_source, mark_nothing_to_do, matching_champion
+from tasks.data import version_data
 from tasks.registry import promote_models, register_models
 
 REWARD_STAGE_REF = "@reward"  # a reward-model path in config that means "the reward stage's model"
-OUTCOME_TAG = "pipeline.outcome"
 STAGE_SECTIONS = {
     "sft": ("seed", "model", "sft"),
     "reward": ("seed", "model", "reward"),
@@ -71,17 +71,6 @@ def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str,
     """Replace ``@reward`` reward-model paths (GRPO reward functions, PPO) with the trained model."""
     text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
     return json.loads(text)
-
-
-def champion_matches(uri: str, project: str, data_version: str, cfg_hash: str) -> str | None:
-    """The champion policy's version when it was trained on this data and config, else None."""
-    name = registry_models.registered_name(project, "policy")
-    champion = registry_models.version_by_alias(uri, name, registry_models.CHAMPION)
-    if champion is None:
-        return None
-    tags = champion.tags or {}
-    same = tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
-    return str(champion.version) if same else None
 
 
 def champion_dir(uri: str, project: str, out_root: Path) -> tuple[str | None, str]:
@@ -134,13 +123,6 @@ class Stages:
             )
         )
         return result
-
-
-def _data_source(config: PipelineConfig, repo_dir: str) -> str:
-    if config.data.source:
-        return config.data.source
-    demo_dir = Path(repo_dir) / ".alignflow" / "demo-input"
-    return write_demo_data(str(demo_dir), config.data.model_dump(mode="json"))
 
 
 def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
@@ -213,8 +195,17 @@ def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
 
 
 @flow(name="retrain", log_prints=False)
-def retrain(config_path: str | None = None, overrides: list[str] | None = None, repo_dir: str = ".") -> dict:
-    """The main job. Returns a JSON-able summary (stages, times, cache hits, metrics, promotions)."""
+def retrain(
+    config_path: str | None = None,
+    overrides: list[str] | None = None,
+    repo_dir: str = ".",
+    force: bool = False,
+) -> dict:
+    """The main job. Returns a JSON-able summary (stages, times, cache hits, metrics, promotions).
+
+    ``force`` trains even when the champion already comes from this data and config (the
+    stages themselves still answer from their caches when their inputs are unchanged).
+    """
     started = time.perf_counter()
     config = load_config(config_path, overrides or [])
     cfg_hash = config_hash(config)
@@ -230,26 +221,20 @@ def retrain(config_path: str | None = None, overrides: list[str] | None = None, 
     ) as parent:
         summary.parent_run_id = parent.info.run_id
         stages = Stages(config, summary, {}, parent.info.run_id)
-        source = _data_source(config, repo_dir)
+        source = data_source(config, repo_dir)
         data = stages.run(
             "data",
             {},
-            call=lambda: {
-                **version_data(stages.config_json, source, repo_dir, parent.info.run_id),
-                "cached": False,
-            },
+            call=lambda: version_data(stages.config_json, source, repo_dir, parent.info.run_id),
         )
         stages.data = data
         summary.data_version = data["version"]
         mlflow.set_tag(DATA_VERSION_TAG, data["version"])
         mlflow.log_artifact(data["report_path"], "data")
         mlflow.log_artifact(data["manifest_path"], "data")
-        unchanged = champion_matches(uri, config.project, data["version"], cfg_hash)
-        if unchanged:
-            summary.nothing_to_do = (
-                f"champion version {unchanged} was trained on data {data['version'][:12]} "
-                f"with config {cfg_hash}: nothing to do"
-            )
+        champion = None if force else matching_champion(config, data["version"], cfg_hash)
+        if champion is not None:
+            mark_nothing_to_do(summary, config, champion)
             mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
         else:
             _train_and_promote(stages, config, summary, cfg_hash)

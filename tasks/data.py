@@ -17,14 +17,15 @@ def version_data(
 ) -> dict[str, Any]:
     """Validate ``source``; when it passes, write the snapshot, ``dvc add`` and push it.
 
-    Not cached by Prefect: DVC itself recognises unchanged content (same md5), and the
-    check is what guarantees that training never starts on unvalidated data.
+    Not cached by Prefect: ``add_dataset`` itself recognises an input it has already
+    turned into the tracked snapshot (same bytes, data config and rules, snapshot intact)
+    and returns that version with ``cached`` set, so a changed input is always validated.
     """
-    from alignflow.data.pipeline import add_dataset
-
     config = pipeline_config(config_json)
 
     def call() -> dict[str, Any]:
+        from alignflow.data.pipeline import add_dataset
+
         result = add_dataset(source, config.data, repo_dir=repo_dir)
         return {
             "version": result.version,
@@ -33,22 +34,7 @@ def version_data(
             "report_path": result.report_path,
             "manifest_path": result.manifest_path,
             "summary": result.validation.summary,
+            "cached": result.reused,
         }
 
     return run_in_stage("data", config, parent_run_id, call)
-
-
-@task(name="demo-data")
-def write_demo_data(out_dir: str, data_config: dict) -> str:
-    """Generate the built-in demo data set (deterministic) and return the file to version."""
-    from alignflow.data.config import DataConfig
-    from alignflow.data.demo import write_demo_dataset
-
-    config = DataConfig.model_validate(data_config)
-    paths = write_demo_dataset(
-        out_dir,
-        n_pairs=config.demo_rows,
-        n_scored=config.demo_scored_rows,
-        eval_fraction=config.eval_fraction,
-    )
-    return str(paths["demo"])

@@ -34,13 +34,13 @@ def evaluate(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the reward model and the policy (vs reference and champion); write and log the report."""
-    from alignflow.evaluation.evaluate import evaluate_paths
-    from alignflow.evaluation.plots import report_plots
-    from alignflow.evaluation.report import log_report
-
     config = pipeline_config(config_json)
 
     def call() -> dict[str, Any]:
+        from alignflow.evaluation.evaluate import evaluate_paths
+        from alignflow.evaluation.plots import report_plots
+        from alignflow.evaluation.report import log_report
+
         report = evaluate_paths(
             data_dir, policy_dir, reference_dir, reward_dir, champion_dir, config.evaluation
         )

@@ -29,14 +29,14 @@ def register_models(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Log each model (transformers flavour) and register it; new versions become ``challenger``."""
-    from alignflow.registry.models import log_model, registered_name
-    from alignflow.registry.runs import lineage_tags
-
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
-    tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash)}
 
     def call() -> dict[str, Any]:
+        from alignflow.registry.models import log_model, registered_name
+        from alignflow.registry.runs import lineage_tags
+
+        tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash)}
         versions = {}
         for role, model_dir in model_dirs.items():
             name = registered_name(config.project, role)
@@ -58,12 +58,12 @@ def promote_models(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Move ``champion`` for each role only when every configured gate passes."""
-    from alignflow.registry.promotion import promote
-
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
+        from alignflow.registry.promotion import promote
+
         decisions = {}
         for role, info in versions.items():
             decision = promote(uri, info["name"], info["version"], metrics, config.promotion, role)

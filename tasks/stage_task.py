@@ -2,7 +2,9 @@
 
 A task receives the pipeline config as JSON (so it can cross process and machine
 boundaries), runs the library function inside a stage run nested under the pipeline's
-parent run, and returns a small dict: paths, metrics, timings. Never models.
+parent run, and returns a small dict: paths, metrics, timings. Never models. Tasks
+import the library inside ``call``, so a stage's compute time includes loading its code,
+as it would on a worker; what remains outside is the orchestration's own cost.
 """
 
 from __future__ import annotations

@@ -57,14 +57,34 @@ def render_summary(summary: dict[str, Any]) -> None:
         verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
         console.print(f"{decision['name']} v{decision['version']}: {verdict} — {decision['reason']}")
     hits = sum(1 for s in summary["stages"] if s["cached"])
-    console.print(
-        f"wall {summary['wall_seconds']:.1f}s, stage compute {summary['compute_seconds']:.1f}s, "
-        f"orchestration overhead {summary['orchestration_overhead']:.1%}, cache hits {hits}"
-    )
+    if summary.get("nothing_to_do"):
+        console.print(f"wall {summary['wall_seconds']:.1f}s, no stage ran, cache hits {hits}")
+    else:
+        console.print(
+            f"wall {summary['wall_seconds']:.1f}s, stage compute {summary['compute_seconds']:.1f}s, "
+            f"orchestration overhead {summary['orchestration_overhead']:.1%}, cache hits {hits}"
+        )
     uri = summary.get("tracking_uri") or "sqlite:///mlflow.db"
     console.print("\nOpen the UIs:")
     console.print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
     console.print("  prefect server start   # then browse http://127.0.0.1:4200")
+
+
+def _unchanged_run(config: Any) -> dict[str, Any] | None:
+    """The summary of a run with nothing to do, decided before Prefect starts (None: work to do)."""
+    from flows.unchanged import check_before_flow
+
+    with console.status("checking data and registry…"):
+        summary = check_before_flow(config, ".")
+    return summary.to_dict() if summary else None
+
+
+def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[str, Any]:
+    from flows.environment import local_flow_settings
+    from flows.retrain import retrain
+
+    with local_flow_settings(), console.status("retraining (live metrics in the MLflow UI)…"):
+        return retrain(str(config) if config else None, overrides, force=force)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +93,9 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML"),
         overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. dpo.beta=0.2"),
         summary_json: Path | None = typer.Option(None, help="also write the run summary here as JSON"),
+        force: bool = typer.Option(
+            False, "--force", help="run the flow even when the champion comes from this data and config"
+        ),
     ) -> None:
         """Run the whole retraining flow (validate → … → promote) on the configured services."""
         from flows.environment import apply_defaults
@@ -81,13 +104,13 @@ def register(app: typer.Typer) -> None:
         from alignflow.config import ConfigError, load_config
 
         try:
-            load_config(config, overrides)
+            pipeline_config = load_config(config, overrides)
         except ConfigError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(2) from exc
-        from flows.retrain import retrain
-
-        summary = retrain(str(config) if config else None, list(overrides))
+        summary = None if force else _unchanged_run(pipeline_config)
+        if summary is None:
+            summary = _run_flow(config, list(overrides), force)
         render_summary(summary)
         if summary_json:
             summary_json.write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")

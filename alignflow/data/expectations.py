@@ -8,6 +8,7 @@ their row index and are mapped to the same reason codes the Python checks use.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -87,10 +88,13 @@ def _message(
 def run_expectations(frame: pd.DataFrame, max_chars: int) -> tuple[list[RowFailure], list[dict[str, Any]]]:
     """Validate ``frame``; returns row failures (by frame index) and a per-expectation summary."""
     import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.data_context.types import base as gx_base
 
+    # GX pins this module's logger at INFO and announces a temporary folder for every
+    # ephemeral context; that is noise in a pipeline's output
+    logging.getLogger(gx_base.__name__).setLevel(logging.WARNING)
     context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    context.variables.progress_bars = gx_base.ProgressBarsConfig(globally=False)
     asset = context.data_sources.add_pandas("alignflow").add_dataframe_asset("records")
     batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": frame})
     result = batch.validate(

@@ -1,15 +1,20 @@
 """``add_dataset``: validate -> normalise -> split -> write snapshot -> dvc add -> push -> version.
 
 This is the entry point the pipeline wraps as a task. It returns a small
-:class:`DatasetVersion` (version md5, paths, counts), never the rows.
+:class:`DatasetVersion` (version md5, paths, counts), never the rows. Adding the same
+inputs under the same data config again reuses the tracked snapshot instead of
+re-validating it (the way DVC skips an unchanged stage), as long as the snapshot on disk
+is the one that was tracked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections import Counter
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,16 @@ from alignflow.data.config import DataConfig
 from alignflow.data.report import write_report
 from alignflow.data.snapshot import MANIFEST, read_manifest, write_manifest, write_quarantine, write_split
 from alignflow.data.split import split_records
-from alignflow.data.validation import Validated, ValidationResult, quarantine_rows, summarize, validate_paths
+from alignflow.data.validation import (
+    Validated,
+    ValidationResult,
+    describe_inputs,
+    file_sha256,
+    quarantine_rows,
+    summarize,
+    summarize_report,
+    validate_paths,
+)
 
 HISTORY = Path(".alignflow") / "data-history.jsonl"
 REPORT = "report.json"
@@ -36,6 +50,7 @@ class DatasetVersion(BaseModel):
     report_path: str
     counts: dict[str, int]
     validation: ValidationResult
+    reused: bool = False
 
 
 class DataValidationFailed(RuntimeError):
@@ -118,10 +133,18 @@ def add_dataset(
     repo_dir: str | Path = ".",
     fmt: str | None = None,
     push: bool = True,
+    reuse: bool = True,
 ) -> DatasetVersion:
-    """Validate the input and, when it passes, write, track and push a new data version."""
+    """Validate the input and, when it passes, write, track and push a new data version.
+
+    With ``reuse`` (the default) an input already turned into the tracked snapshot is not
+    validated again: the existing version comes back with ``reused=True``.
+    """
     config = config or DataConfig()
     repo_dir = Path(repo_dir).resolve()
+    fingerprint = input_fingerprint(paths, config, fmt)
+    if reuse and (current := _tracked_version(fingerprint, config, repo_dir)) is not None:
+        return current
     validated = validate_paths(paths, config, fmt)
     if not validated.passed:
         report_path = write_report(
@@ -143,16 +166,99 @@ def add_dataset(
         counts=manifest["counts"],
         validation=summarize(validated, data_dir / REPORT),
     )
-    _append_history(repo_dir, result, manifest)
+    _append_history(repo_dir, result, manifest, config.data_dir, fingerprint)
     return result
 
 
-def _append_history(repo_dir: Path, result: DatasetVersion, manifest: dict[str, Any]) -> None:
+@cache
+def _rules_version() -> str:
+    """A hash of this package's source: changed validation rules make every input new again."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def input_fingerprint(
+    paths: str | Path | list[str | Path], config: DataConfig, fmt: str | None = None
+) -> str:
+    """What a snapshot is a function of: the input files' bytes, the data config and the rules."""
+    paths = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
+    tokenizer = Path(config.tokenizer) if config.tokenizer else None
+    payload = {
+        "inputs": describe_inputs(paths, fmt or config.format),
+        "config": config.model_dump(mode="json"),
+        "tokenizer": file_sha256(tokenizer) if tokenizer and tokenizer.exists() else config.tokenizer,
+        "rules": _rules_version(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _snapshot_signature(data_dir: Path) -> list[list[Any]]:
+    """Name, size and mtime of every snapshot file: a cheap check that nobody edited it."""
+    files = sorted(p for p in data_dir.rglob("*") if p.is_file())
+    return [[p.relative_to(data_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def _tracked_version(fingerprint: str, config: DataConfig, repo_dir: str | Path) -> DatasetVersion | None:
+    """The tracked snapshot when it was made from inputs with this fingerprint and is intact."""
+    repo_dir = Path(repo_dir).resolve()
+    data_dir = repo_dir / config.data_dir
+    entry = _last_history_entry(repo_dir, config.data_dir)
+    if entry is None or entry.get("input_fingerprint") != fingerprint:
+        return None
+    if versioning.current_version(repo_dir, config.data_dir) != entry["version"]:
+        return None
+    if not data_dir.is_dir() or _snapshot_signature(data_dir) != entry.get("snapshot"):
+        return None
+    report = json.loads((data_dir / REPORT).read_text(encoding="utf-8"))
+    return DatasetVersion(
+        version=entry["version"],
+        data_dir=str(data_dir),
+        dvc_file=str(versioning.dvc_file(repo_dir, config.data_dir)),
+        manifest_path=str(data_dir / MANIFEST),
+        report_path=str(data_dir / REPORT),
+        counts=read_manifest(data_dir)["counts"],
+        validation=summarize_report(report, data_dir / REPORT),
+        reused=True,
+    )
+
+
+def find_tracked_version(
+    paths: str | Path | list[str | Path],
+    config: DataConfig | None = None,
+    repo_dir: str | Path = ".",
+    fmt: str | None = None,
+) -> DatasetVersion | None:
+    """The data version ``add_dataset`` would return for these inputs without validating them, if any."""
+    config = config or DataConfig()
+    return _tracked_version(input_fingerprint(paths, config, fmt), config, repo_dir)
+
+
+def _read_history(repo_dir: Path) -> list[dict[str, Any]]:
+    path = repo_dir / HISTORY
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _last_history_entry(repo_dir: Path, data_dir: str) -> dict[str, Any] | None:
+    entries = [e for e in _read_history(repo_dir) if e.get("data_dir", "data") == data_dir]
+    return entries[-1] if entries else None
+
+
+def _append_history(
+    repo_dir: Path, result: DatasetVersion, manifest: dict[str, Any], data_dir: str, fingerprint: str
+) -> None:
     entry = {
         "version": result.version,
         "added_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "sources": [s["path"] for s in manifest["sources"]],
         "counts": result.counts,
+        "data_dir": data_dir,
+        "input_fingerprint": fingerprint,
+        "snapshot": _snapshot_signature(repo_dir / data_dir),
     }
     path = repo_dir / HISTORY
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,12 +270,7 @@ def dataset_status(repo_dir: str | Path = ".", data_dir: str = "data") -> dict[s
     """Current version (from data.dvc), the snapshot's manifest when present, and the add history."""
     repo_dir = Path(repo_dir).resolve()
     snapshot = repo_dir / data_dir
-    history_path = repo_dir / HISTORY
-    history = (
-        [json.loads(line) for line in history_path.read_text(encoding="utf-8").splitlines() if line]
-        if history_path.exists()
-        else []
-    )
+    history = _read_history(repo_dir)
     return {
         "version": versioning.current_version(repo_dir, data_dir),
         "data_dir": str(snapshot),

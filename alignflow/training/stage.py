@@ -33,7 +33,8 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import ModelSpec, mixed_precision_flags
+from alignflow.models.factory import mixed_precision_flags
+from alignflow.models.model_config import ModelSpec
 from alignflow.registry import tracking
 from alignflow.training.stage_config import StageConfig
 
@@ -118,7 +119,8 @@ def trainer_arguments(
         "seed": seed,
         "data_seed": seed,
         "report_to": [],  # tracking goes through TrackingCallback into the caller's active run
-        "disable_tqdm": False,
+        # progress bars follow transformers' verbosity (TRANSFORMERS_VERBOSITY=error hides them)
+        "disable_tqdm": None,
         "dataloader_num_workers": 0,
         "use_cpu": not torch.cuda.is_available(),
         "save_safetensors": True,
@@ -203,9 +205,19 @@ def last_complete_checkpoint(checkpoints_dir: str | Path) -> Path | None:
 
 def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True) -> tuple[Any, str | None]:
     """Train, continuing from the last complete checkpoint when there is one."""
+    quiet_console_logs(trainer)
     checkpoint = last_complete_checkpoint(Path(output_dir) / CHECKPOINTS) if resume else None
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     return output, str(checkpoint) if checkpoint else None
+
+
+def quiet_console_logs(trainer: Any) -> None:
+    """With the progress bar off, transformers prints every log dict instead; the metrics
+    already reach the tracker, so a quiet run stays quiet."""
+    from transformers.trainer_callback import PrinterCallback
+
+    if trainer.args.disable_tqdm:
+        trainer.remove_callback(PrinterCallback)
 
 
 # ---------------------------------------------------------------- saving and tracking

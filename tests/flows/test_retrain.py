@@ -11,11 +11,13 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.config import load_config
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG
 from alignflow.registry.runs import DATA_VERSION_TAG, child_runs
 from alignflow.registry.server import local_mlflow_server
 from flows.retrain import retrain
+from flows.unchanged import OUTCOME_TAG, check_before_flow
 from tests.flows.conftest import FAST_OVERRIDES
 
 pytestmark = pytest.mark.slow
@@ -33,11 +35,22 @@ def workspace(tmp_path_factory):
     return tmp_path_factory.mktemp("repo")
 
 
-def run_flow(server, workspace, *extra: str) -> dict:
+def flow_overrides(server, *extra: str) -> list[str]:
     overrides = [*FAST_OVERRIDES, "project=demo", f"tracking.uri={server.url}", *extra]
     # the first model only has to be sound (the gates that guard champion are tested below)
     overrides.append("promotion.min_win_rate_vs_reference=null")
-    return retrain(None, overrides, repo_dir=str(workspace))
+    return overrides
+
+
+def run_flow(server, workspace, *extra: str) -> dict:
+    return retrain(None, flow_overrides(server, *extra), repo_dir=str(workspace))
+
+
+def flow_run_count() -> int:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.count_flow_runs()
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +82,30 @@ def test_unchanged_rerun_retrains_nothing(first, server, workspace):
     second = run_flow(server, workspace)
     assert second["data_version"] == first["data_version"]
     assert second["nothing_to_do"], "the champion was trained on this data and config"
-    assert not any(s["name"] in TRAINING_STAGES for s in second["stages"])
+    by_name = {s["name"]: s for s in second["stages"]}
+    assert {"data", *TRAINING_STAGES} <= set(by_name)
+    assert all(s["cached"] and s["compute_seconds"] == 0 for s in second["stages"]), second["stages"]
+    first_metrics = {s["name"]: s["metrics"] for s in first["stages"]}
+    assert by_name["evaluate"]["metrics"] == first_metrics["evaluate"], "hits report the champion's figures"
+    parent = MlflowClient(server.url).get_run(second["parent_run_id"])
+    assert parent.data.tags[OUTCOME_TAG] == "nothing_to_do"
     assert MlflowClient(server.url).search_model_versions("name='demo-policy'")[0].version in (1, "1")
+
+
+def test_unchanged_run_is_recognised_before_any_prefect_flow_run(first, server, workspace):
+    runs_before = flow_run_count()
+    summary = check_before_flow(load_config(None, flow_overrides(server)), workspace)
+    assert flow_run_count() == runs_before, "the check must not need the Prefect API"
+    assert summary is not None and summary.nothing_to_do
+    assert summary.data_version == first["data_version"]
+    assert all(stage.cached for stage in summary.stages)
+    assert {"data", *TRAINING_STAGES} <= {stage.name for stage in summary.stages}
+    recorded = MlflowClient(server.url).get_run(summary.parent_run_id)
+    assert recorded.data.tags[OUTCOME_TAG] == "nothing_to_do"
+    assert recorded.data.tags[DATA_VERSION_TAG] == first["data_version"]
+    assert "summary.json" in {a.path for a in MlflowClient(server.url).list_artifacts(summary.parent_run_id)}
+    changed = load_config(None, flow_overrides(server, "dpo.beta=0.2"))
+    assert check_before_flow(changed, workspace) is None, "a changed config is work to do"
 
 
 def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, workspace):

@@ -1,0 +1,157 @@
+"""Recognising a run with nothing to do: same data version and config as the champion's.
+
+The check needs only the data history and the registry, no Prefect API and no torch, so
+``alignflow run`` makes it before starting Prefect and an unchanged nightly run costs
+seconds. The flow makes the same check after its data stage (scheduled runs on a server).
+Either way the stage rows of the run that trained the champion are reported as cache
+hits, and the outcome is recorded as a parent MLflow run tagged ``nothing_to_do``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from alignflow.config import PipelineConfig, config_hash
+from flows.summary import RunSummary, StageOutcome
+
+OUTCOME_TAG = "pipeline.outcome"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
+    """The configured input, or the built-in demo data (written deterministically) when none is."""
+    if config.data.source:
+        return config.data.source
+    from alignflow.data.demo import write_demo_dataset
+
+    paths = write_demo_dataset(
+        Path(repo_dir) / ".alignflow" / "demo-input",
+        n_pairs=config.data.demo_rows,
+        n_scored=config.data.demo_scored_rows,
+        eval_fraction=config.data.eval_fraction,
+    )
+    return str(paths["demo"])
+
+
+def current_champion(config: PipelineConfig) -> Any | None:
+    """The model version the policy's ``champion`` alias points at, if any."""
+    from alignflow.registry import models as registry_models
+
+    name = registry_models.registered_name(config.project, "policy")
+    return registry_models.version_by_alias(config.tracking.resolved_uri(), name, registry_models.CHAMPION)
+
+
+def trained_on(champion: Any, data_version: str, cfg_hash: str) -> bool:
+    """Whether the champion's lineage tags name this data version and config."""
+    from alignflow.registry.runs import CONFIG_HASH_TAG, DATA_VERSION_TAG
+
+    tags = champion.tags or {}
+    return tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
+
+
+def matching_champion(config: PipelineConfig, data_version: str, cfg_hash: str) -> Any | None:
+    """The champion policy's model version when it was trained on this data and config, else None."""
+    champion = current_champion(config)
+    return champion if champion is not None and trained_on(champion, data_version, cfg_hash) else None
+
+
+def champion_stages(tracking_uri: str, champion: Any) -> list[StageOutcome]:
+    """The training stages of the run that produced ``champion``, as cache hits of this run."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        stage_run = MlflowClient(tracking_uri).get_run(champion.run_id)
+        parent_id = stage_run.data.tags[PARENT_RUN_TAG]
+        mlflow.set_tracking_uri(tracking_uri)
+        earlier = mlflow.artifacts.load_dict(f"runs:/{parent_id}/summary.json")
+    except (KeyError, OSError, MlflowException):
+        return []  # a champion promoted by hand has no pipeline run to read
+    return [
+        StageOutcome(
+            name=stage["name"],
+            seconds=0.0,
+            compute_seconds=0.0,
+            cached=True,
+            metrics=stage.get("metrics", {}),
+            output=stage.get("output", {}),
+        )
+        for stage in earlier.get("stages", [])
+        if stage["name"] != "data"
+    ]
+
+
+def mark_nothing_to_do(summary: RunSummary, config: PipelineConfig, champion: Any) -> None:
+    """Fill ``summary`` for a run that ends early: the champion's stages count as cache hits."""
+    summary.stages.extend(champion_stages(config.tracking.resolved_uri(), champion))
+    summary.nothing_to_do = (
+        f"champion version {champion.version} was trained on this data version "
+        f"({summary.data_version[:12]}) and config ({summary.config_hash})"
+    )
+
+
+def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> RunSummary | None:
+    """The finished summary of an unchanged run, recorded in MLflow; None when there is work to do.
+
+    Only a data snapshot already tracked for exactly these inputs counts (no validation
+    happens here), so any new or changed input goes to the flow as usual.
+    """
+    from alignflow.data.pipeline import find_tracked_version
+
+    started = time.perf_counter()
+    cfg_hash = config_hash(config)
+    champion = current_champion(config)  # first: it also opens the tracking store the flow will use
+    if champion is None:
+        return None
+    data_started = time.perf_counter()
+    tracked = find_tracked_version(data_source(config, repo_dir), config.data, repo_dir)
+    if tracked is None or not trained_on(champion, tracked.version, cfg_hash):
+        return None
+    summary = RunSummary(
+        project=config.project,
+        data_version=tracked.version,
+        config_hash=cfg_hash,
+        tracking_uri=config.tracking.resolved_uri(),
+    )
+    summary.add(
+        StageOutcome(
+            name="data",
+            seconds=time.perf_counter() - data_started,
+            compute_seconds=0.0,
+            cached=True,
+            metrics={f"data/{k}": float(v) for k, v in tracked.counts.items()},
+            output={"output_dir": tracked.data_dir},
+        )
+    )
+    mark_nothing_to_do(summary, config, champion)
+    record_nothing_to_do(summary, config, repo_dir, started)
+    return summary
+
+
+def record_nothing_to_do(
+    summary: RunSummary, config: PipelineConfig, repo_dir: str | Path, started: float
+) -> None:
+    """One parent run per pipeline run, also when it had nothing to do (the schedule's audit trail)."""
+    import mlflow
+
+    from alignflow.registry.runs import lineage_tags, pipeline_run
+
+    tags = {
+        **config.tracking.tags,
+        **lineage_tags(summary.data_version, summary.config_hash, repo_dir),
+        OUTCOME_TAG: "nothing_to_do",
+    }
+    with pipeline_run(
+        summary.tracking_uri,
+        config.tracking.experiment or config.project,
+        run_name="retrain",
+        tags=tags,
+        artifact_location=config.tracking.artifact_location,
+    ) as run:
+        summary.parent_run_id = run.info.run_id
+        summary.wall_seconds = time.perf_counter() - started
+        mlflow.log_metric("pipeline/wall_seconds", summary.wall_seconds)
+        mlflow.log_dict(summary.to_dict(), "summary.json")
