@@ -4,7 +4,9 @@ overhead = (flow wall time - sum of stage compute times) / flow wall time, measu
 from the flow's own summary: the stage compute times are taken inside each task, around
 the library call, so everything else (Prefect task/subflow bookkeeping, result
 persistence, MLflow parent/nested runs, registry look-ups) counts as overhead. The
-second, unchanged run is what a nightly schedule pays when nothing changed.
+second, unchanged run is what a nightly schedule pays when nothing changed: both runs are
+timed as whole ``alignflow run`` commands (interpreter start, imports, Prefect's ephemeral
+API for the first, the nothing-to-do check for the second).
 
 Run: ``python -m bench orchestration`` (uses configs/demo.yaml in a scratch workspace).
 """
@@ -55,4 +57,6 @@ def run() -> dict:
         "rerun_over_first_ratio": round(second_cmd / first_cmd, 4),
         "rerun_nothing_to_do": bool(second.get("nothing_to_do")),
         "rerun_trained_stages": [s["name"] for s in second["stages"] if not s["cached"]],
+        "rerun_cache_hits": sum(1 for s in second["stages"] if s["cached"]),
+        "promoted": sorted(role for role, d in first["promotions"].items() if d["promoted"]),
     }
