@@ -88,10 +88,17 @@ def champion_dir(uri: str, project: str, out_root: Path) -> tuple[str | None, st
 class Stages:
     """Runs stages in order, timing each and recording it in the summary."""
 
-    def __init__(self, config: PipelineConfig, summary: RunSummary, data: dict[str, Any], parent_run_id: str):
-        self.config, self.summary, self.data, self.parent = config, summary, data, parent_run_id
+    def __init__(
+        self,
+        config: PipelineConfig,
+        summary: RunSummary,
+        parent_run_id: str,
+        repo_dir: str | Path = ".",
+    ):
+        self.config, self.summary, self.data, self.parent = config, summary, {}, parent_run_id
         self.config_json = config.model_dump(mode="json")
-        self.out_root = Path(config.output_dir).resolve() / config.project
+        # a relative output_dir lives in the repo the run works on, like its data snapshot
+        self.out_root = (Path(repo_dir) / config.output_dir).resolve() / config.project
 
     def common(self, stage: str, upstream: str) -> dict[str, Any]:
         stage_hash = section_hash(self.config, stage)
@@ -220,7 +227,7 @@ def retrain(
         artifact_location=config.tracking.artifact_location,
     ) as parent:
         summary.parent_run_id = parent.info.run_id
-        stages = Stages(config, summary, {}, parent.info.run_id)
+        stages = Stages(config, summary, parent.info.run_id, repo_dir)
         source = data_source(config, repo_dir)
         data = stages.run(
             "data",

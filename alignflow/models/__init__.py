@@ -6,7 +6,7 @@ importing them through this package must not pull torch and transformers in with
 
 from __future__ import annotations
 
-import importlib
+from alignflow.lazy import lazy_exports
 
 _EXPORTS = {
     "alignflow.models.model_config": ["MINILM", "PRESETS", "TINY", "LoraSpec", "ModelSpec"],
@@ -22,13 +22,4 @@ _EXPORTS = {
         "train_tokenizer",
     ],
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'alignflow.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,7 +7,7 @@ Names are resolved lazily (PEP 562) so that ``alignflow.losses``, which builds o
 
 from __future__ import annotations
 
-import importlib
+from alignflow.lazy import lazy_exports
 
 _EXPORTS = {
     "alignflow.rl.environments": [
@@ -54,18 +54,4 @@ _EXPORTS = {
         "sequence_logprobs",
     ],
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'alignflow.rl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
