@@ -184,7 +184,8 @@ def input_fingerprint(
     paths: str | Path | list[str | Path], config: DataConfig, fmt: str | None = None
 ) -> str:
     """What a snapshot is a function of: the input files' bytes, the data config and the rules."""
-    paths = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
+    # absolute paths: the same file named from another working directory is the same input
+    paths = [Path(p).resolve() for p in (paths if isinstance(paths, list) else [paths])]
     tokenizer = Path(config.tokenizer) if config.tokenizer else None
     payload = {
         "inputs": describe_inputs(paths, fmt or config.format),

@@ -10,7 +10,9 @@ import json
 
 import pytest
 from mlflow import MlflowClient
+from typer.testing import CliRunner
 
+from alignflow.cli import app
 from alignflow.config import load_config
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG
@@ -106,6 +108,16 @@ def test_unchanged_run_is_recognised_before_any_prefect_flow_run(first, server, 
     assert "summary.json" in {a.path for a in MlflowClient(server.url).list_artifacts(summary.parent_run_id)}
     changed = load_config(None, flow_overrides(server, "dpo.beta=0.2"))
     assert check_before_flow(changed, workspace) is None, "a changed config is work to do"
+
+
+def test_cli_run_shows_the_cache_hits_when_nothing_changed(first, server, workspace, monkeypatch):
+    monkeypatch.chdir(workspace)
+    sets = [arg for override in flow_overrides(server) for arg in ("--set", override)]
+    result = CliRunner().invoke(app, ["run", *sets, "--summary-json", "rerun.json"])
+    assert result.exit_code == 0, result.output
+    assert "Nothing to do" in result.output and "hit" in result.output
+    summary = json.loads((workspace / "rerun.json").read_text())
+    assert summary["nothing_to_do"] and all(stage["cached"] for stage in summary["stages"])
 
 
 def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, workspace):

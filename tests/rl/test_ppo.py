@@ -136,8 +136,10 @@ def test_ppo_on_the_math_env_raises_reward_while_kl_tracks_its_target(sft_model)
     assert len(history) == 40
     rewards = [h["reward/mean"] for h in history]
     kls = [h["objective/kl"] for h in history]
-    first, last = sum(rewards[:5]) / 5, sum(rewards[-15:]) / 15
-    assert last > first + 0.2, f"mean reward did not rise: {first:.3f} -> {last:.3f}"
+    # a batch mean of 32 rewards in {0, .5, 1, 1.5} varies by ~0.09, so a mean over 10
+    # iterations by ~0.03: a rise of 0.1 between the first and last ten is learning, not noise
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.1, f"mean reward did not rise: {first:.3f} -> {last:.3f}"
     late_kl = sum(kls[-15:]) / 15
     assert 0.5 * 1.5 < late_kl < 2 * 1.5, f"KL {late_kl:.3f} strayed from its target 1.5"
     # the controller moved the coefficient in the direction the KL error asked for
