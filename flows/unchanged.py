@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignflow.config import PipelineConfig, config_hash
 from flows.summary import RunSummary, StageOutcome
+
+if TYPE_CHECKING:  # mlflow is imported only when the check runs
+    from mlflow.entities.model_registry import ModelVersion
 
 OUTCOME_TAG = "pipeline.outcome"
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -35,7 +38,7 @@ def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
     return str(paths["demo"])
 
 
-def current_champion(config: PipelineConfig) -> Any | None:
+def current_champion(config: PipelineConfig) -> ModelVersion | None:
     """The model version the policy's ``champion`` alias points at, if any."""
     from alignflow.registry import models as registry_models
 
@@ -43,7 +46,7 @@ def current_champion(config: PipelineConfig) -> Any | None:
     return registry_models.version_by_alias(config.tracking.resolved_uri(), name, registry_models.CHAMPION)
 
 
-def trained_on(champion: Any, data_version: str, cfg_hash: str) -> bool:
+def trained_on(champion: ModelVersion, data_version: str, cfg_hash: str) -> bool:
     """Whether the champion's lineage tags name this data version and config."""
     from alignflow.registry.runs import CONFIG_HASH_TAG, DATA_VERSION_TAG
 
@@ -51,25 +54,27 @@ def trained_on(champion: Any, data_version: str, cfg_hash: str) -> bool:
     return tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
 
 
-def matching_champion(config: PipelineConfig, data_version: str, cfg_hash: str) -> Any | None:
+def matching_champion(config: PipelineConfig, data_version: str, cfg_hash: str) -> ModelVersion | None:
     """The champion policy's model version when it was trained on this data and config, else None."""
     champion = current_champion(config)
     return champion if champion is not None and trained_on(champion, data_version, cfg_hash) else None
 
 
-def champion_stages(tracking_uri: str, champion: Any) -> list[StageOutcome]:
+def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutcome]:
     """The training stages of the run that produced ``champion``, as cache hits of this run."""
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    if not champion.run_id:
+        return []  # registered by hand, outside any pipeline run
     try:
         stage_run = MlflowClient(tracking_uri).get_run(champion.run_id)
         parent_id = stage_run.data.tags[PARENT_RUN_TAG]
         mlflow.set_tracking_uri(tracking_uri)
         earlier = mlflow.artifacts.load_dict(f"runs:/{parent_id}/summary.json")
     except (KeyError, OSError, MlflowException):
-        return []  # a champion promoted by hand has no pipeline run to read
+        return []  # its run was not a pipeline run (or is gone): nothing to show
     return [
         StageOutcome(
             name=stage["name"],
@@ -84,7 +89,7 @@ def champion_stages(tracking_uri: str, champion: Any) -> list[StageOutcome]:
     ]
 
 
-def mark_nothing_to_do(summary: RunSummary, config: PipelineConfig, champion: Any) -> None:
+def mark_nothing_to_do(summary: RunSummary, config: PipelineConfig, champion: ModelVersion) -> None:
     """Fill ``summary`` for a run that ends early: the champion's stages count as cache hits."""
     summary.stages.extend(champion_stages(config.tracking.resolved_uri(), champion))
     summary.nothing_to_do = (
