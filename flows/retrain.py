@@ -27,6 +27,7 @@ from flows.summary import RunSummary, StageOutcome
 from flows.unchanged import OUTCOME_TAG, data_source, mark_nothing_to_do, matching_champion
 from tasks.data import version_data
 from tasks.registry import promote_models, register_models
+from tasks.stage_inputs import EvaluateInputs, StageInputs
 
 REWARD_STAGE_REF = "@reward"  # a reward-model path in config that means "the reward stage's model"
 STAGE_SECTIONS = {
@@ -50,15 +51,15 @@ def fingerprint(*parts: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def call_stage(config: PipelineConfig, stage: str, params: dict[str, Any]) -> dict[str, Any]:
+def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[str, Any]:
     """In-process subflow, or a deployment on the work pool the config names for this stage."""
     stage_flow = STAGE_FLOWS[stage]
     pool = config.orchestration.work_pools.get(stage)
     if pool is None:
-        return stage_flow(**params)
+        return stage_flow(inputs)
     flow_run = run_deployment(
         name=f"{stage_flow.name}/{config.orchestration.deployment_name}",
-        parameters=params,
+        parameters={"inputs": inputs.model_dump(mode="json")},
         timeout=config.orchestration.stage_timeout_s,
     )
     if not flow_run.state or not flow_run.state.is_completed():
@@ -100,22 +101,26 @@ class Stages:
         # a relative output_dir lives in the repo the run works on, like its data snapshot
         self.out_root = (Path(repo_dir) / config.output_dir).resolve() / config.project
 
-    def common(self, stage: str, upstream: str) -> dict[str, Any]:
+    def inputs(self, stage: str, upstream: str, model: type[StageInputs] = StageInputs, **fields) -> Any:
+        """A stage's inputs; its output folder is named by the same things as its cache key."""
         stage_hash = section_hash(self.config, stage)
         key = fingerprint(stage, self.data["version"], stage_hash, upstream)
-        return {
-            "config_json": self.config_json,
-            "data_dir": self.data["data_dir"],
-            "output_dir": str(self.out_root / f"{stage}-{key}"),
-            "data_version": self.data["version"],
-            "config_hash": stage_hash,
-            "upstream": upstream,
-            "parent_run_id": self.parent,
-        }
+        return model(
+            **{
+                "config_json": self.config_json,
+                "data_dir": self.data["data_dir"],
+                "output_dir": str(self.out_root / f"{stage}-{key}"),
+                "data_version": self.data["version"],
+                "config_hash": stage_hash,
+                "upstream": upstream,
+                "parent_run_id": self.parent,
+                **fields,
+            }
+        )
 
-    def run(self, stage: str, params: dict[str, Any], call=None) -> dict[str, Any]:
+    def run(self, stage: str, inputs: StageInputs | None = None, call=None) -> dict[str, Any]:
         started = time.perf_counter()
-        result = call() if call else call_stage(self.config, stage, params)
+        result = call() if call else call_stage(self.config, stage, inputs)
         cached = bool(result.get("cached"))
         self.summary.add(
             StageOutcome(
@@ -136,43 +141,47 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
     uri = config.tracking.resolved_uri()
     sft_dir = None
     if config.policy.run_sft:
-        sft = stages.run("sft", stages.common("sft", ""))
+        sft = stages.run("sft", stages.inputs("sft", ""))
         sft_dir = sft["model_dir"]
     # a reward model on the policy's backbone starts from the SFT model (as in InstructGPT):
     # it already reads the task, so the preference head learns from few pairs
     reward_init = sft_dir if config.reward.backbone == "policy" else None
-    reward_params = stages.common("reward", f"init={reward_init or ''}")
-    reward_params["model_path"] = reward_init
-    reward = stages.run("reward", reward_params)
-    reward_fp = reward_params["output_dir"]
+    reward_inputs = stages.inputs("reward", f"init={reward_init or ''}", model_path=reward_init)
+    reward = stages.run("reward", reward_inputs)
 
-    policy_params = stages.common("policy", f"sft={sft_dir or ''}|reward={reward_fp}")
-    policy_params["config_json"] = with_reward_model(stages.config_json, reward["model_dir"])
-    policy_params["model_path"] = sft_dir
-    policy = stages.run("policy", policy_params)
+    policy = stages.run(
+        "policy",
+        stages.inputs(
+            "policy",
+            f"sft={sft_dir or ''}|reward={reward_inputs.output_dir}",
+            config_json=with_reward_model(stages.config_json, reward["model_dir"]),
+            model_path=sft_dir,
+        ),
+    )
 
     reference = sft_dir or config.model.name
     champ_dir, champ_version = champion_dir(uri, config.project, stages.out_root)
     upstream = f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
-    eval_params = stages.common("evaluate", upstream)
-    eval_params.update(
+    eval_inputs = stages.inputs(
+        "evaluate",
+        upstream,
+        EvaluateInputs,
         policy_dir=policy["model_dir"],
         reference_dir=reference,
         reward_dir=reward["model_dir"],
         champion_dir=champ_dir,
     )
-    evaluation = stages.run("evaluate", eval_params)
+    evaluation = stages.run("evaluate", eval_inputs)
 
     model_dirs = {"reward": reward["model_dir"], "policy": policy["model_dir"]}
-    reg_common = stages.common("register", upstream)
+    data_version = stages.data["version"]
     registered = stages.run(
         "register",
-        {},
         call=lambda: _task_with_cache_flag(
             register_models,
             config_json=stages.config_json,
             model_dirs=model_dirs,
-            data_version=reg_common["data_version"],
+            data_version=data_version,
             config_hash=cfg_hash,
             upstream=upstream,
             parent_run_id=stages.parent,
@@ -181,13 +190,12 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
     versions = registered["versions"]
     promoted = stages.run(
         "promote",
-        {},
         call=lambda: _task_with_cache_flag(
             promote_models,
             config_json=stages.config_json,
             versions=versions,
             metrics=evaluation["metrics"],
-            data_version=reg_common["data_version"],
+            data_version=data_version,
             config_hash=section_hash(config, "promote"),
             upstream=json.dumps(versions, sort_keys=True),
             parent_run_id=stages.parent,
@@ -231,7 +239,6 @@ def retrain(
         source = data_source(config, repo_dir)
         data = stages.run(
             "data",
-            {},
             call=lambda: version_data(stages.config_json, source, repo_dir, parent.info.run_id),
         )
         stages.data = data

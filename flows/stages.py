@@ -1,9 +1,10 @@
 """Stage subflows: each can run in-process under the parent or as its own deployment.
 
-A stage flow takes only JSON-serialisable parameters (the config as a dict, paths,
-hashes) and returns a small dict, so the parent can call it directly or through
-``run_deployment`` on a GPU work pool with the same code. A cached result whose files
-are gone (a cleaned output folder, another clone) is recomputed rather than trusted.
+A stage flow takes one JSON-able parameter (:class:`~tasks.stage_inputs.StageInputs`:
+the config as a dict, paths, hashes) and returns a small dict, so the parent can call it
+directly or through ``run_deployment`` on a GPU work pool with the same code. A cached
+result whose files are gone (a cleaned output folder, another clone) is recomputed
+rather than trusted.
 """
 
 from __future__ import annotations
@@ -14,83 +15,45 @@ from typing import Any
 from prefect import Task, flow
 
 from tasks.evaluation import evaluate
+from tasks.stage_inputs import EvaluateInputs, StageInputs
 from tasks.training import train_policy, train_reward, train_sft
 
 STAGE_OPTIONS: dict[str, Any] = {"persist_result": True, "log_prints": False}
 
 
-def run_cached(task_fn: Task, params: dict[str, Any], artefact: str) -> dict[str, Any]:
+def run_cached(task_fn: Task, inputs: StageInputs, artefact: str) -> dict[str, Any]:
     """Run ``task_fn``; report whether the cache answered, refreshing it if its files are missing."""
-    state = task_fn(**params, return_state=True)
+    state = task_fn(inputs, return_state=True)
     result = state.result()
     cached = state.name == "Cached"
     if cached and not Path(result[artefact]).exists():
-        state = task_fn.with_options(refresh_cache=True)(**params, return_state=True)
+        state = task_fn.with_options(refresh_cache=True)(inputs, return_state=True)
         result, cached = state.result(), False
     return {**result, "cached": cached}
 
 
 @flow(name="stage-sft", **STAGE_OPTIONS)
-def sft_stage(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def sft_stage(inputs: StageInputs) -> dict[str, Any]:
     """Supervised fine-tuning."""
-    return run_cached(train_sft, dict(locals()), "model_dir")
+    return run_cached(train_sft, inputs, "model_dir")
 
 
 @flow(name="stage-reward", **STAGE_OPTIONS)
-def reward_stage(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def reward_stage(inputs: StageInputs) -> dict[str, Any]:
     """Reward-model training."""
-    return run_cached(train_reward, dict(locals()), "model_dir")
+    return run_cached(train_reward, inputs, "model_dir")
 
 
 @flow(name="stage-policy", **STAGE_OPTIONS)
-def policy_stage(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def policy_stage(inputs: StageInputs) -> dict[str, Any]:
     """Policy optimisation (DPO family, GRPO or PPO, from the config)."""
-    return run_cached(train_policy, dict(locals()), "model_dir")
+    return run_cached(train_policy, inputs, "model_dir")
 
 
 @flow(name="stage-evaluate", **STAGE_OPTIONS)
-def evaluate_stage(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    policy_dir: str,
-    reference_dir: str,
-    reward_dir: str,
-    champion_dir: str | None = None,
-    upstream: str = "",
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def evaluate_stage(inputs: EvaluateInputs) -> dict[str, Any]:
     """Evaluation of the reward model and the policy."""
-    return run_cached(evaluate, dict(locals()), "report")
+    return run_cached(evaluate, inputs, "report")
 
 
 STAGE_FLOWS = {

@@ -12,9 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 import alignflow
 
-CACHE_INPUTS = ("data_version", "config_hash")
+CACHE_INPUTS = ("data_version", "config_hash", "upstream")
 
 
 @cache
@@ -29,8 +31,12 @@ def code_version() -> str:
 
 
 def stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """Prefect ``cache_key_fn``: the task name plus its data version, config hash and code version."""
+    """Prefect ``cache_key_fn``: the task name plus its data version, config hash and code version.
+
+    Reads a stage task's ``inputs`` model, or the registry tasks' keyword arguments.
+    """
+    inputs = parameters.get("inputs")
+    values = inputs.model_dump() if isinstance(inputs, BaseModel) else parameters
     parts = [context.task.name, code_version()]
-    parts += [str(parameters.get(name, "")) for name in CACHE_INPUTS]
-    parts += [str(parameters.get("upstream", ""))]
+    parts += [str(values.get(name, "")) for name in CACHE_INPUTS]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()

@@ -15,6 +15,7 @@ from prefect import task
 from alignflow.training.launch import launch_stage
 from tasks.caching import stage_cache_key
 from tasks.retry import retry_transient
+from tasks.stage_inputs import StageInputs
 from tasks.stage_task import pipeline_config, run_in_stage
 
 TASK_OPTIONS: dict[str, Any] = {
@@ -26,59 +27,31 @@ TASK_OPTIONS: dict[str, Any] = {
 }
 
 
-def _train(
-    stage: str, runner: str, config_json, data_dir, output_dir, model_path, parent_run_id
-) -> dict[str, Any]:
+def _train(stage: str, runner: str, inputs: StageInputs) -> dict[str, Any]:
     """Run ``runner`` (a stage name for launch_stage) in the stage's MLflow run, on 1 or N processes."""
-    config = pipeline_config(config_json)
+    config = pipeline_config(inputs.config_json)
 
     def call() -> dict[str, Any]:
-        return asdict(launch_stage(runner, config, data_dir, output_dir, model_path))
+        result = launch_stage(runner, config, inputs.data_dir, inputs.output_dir, inputs.model_path)
+        return asdict(result)
 
-    return run_in_stage(stage, config, parent_run_id, call)
+    return run_in_stage(stage, config, inputs.parent_run_id, call)
 
 
 @task(name="sft", **TASK_OPTIONS)
-def train_sft(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def train_sft(inputs: StageInputs) -> dict[str, Any]:
     """Supervised fine-tuning on the preferred responses."""
-    return _train("sft", "sft", config_json, data_dir, output_dir, model_path, parent_run_id)
+    return _train("sft", "sft", inputs)
 
 
 @task(name="reward", **TASK_OPTIONS)
-def train_reward(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def train_reward(inputs: StageInputs) -> dict[str, Any]:
     """Reward model (Bradley-Terry, regression or multi-objective)."""
-    return _train("reward", "reward", config_json, data_dir, output_dir, model_path, parent_run_id)
+    return _train("reward", "reward", inputs)
 
 
 @task(name="policy", **TASK_OPTIONS)
-def train_policy(
-    config_json: dict,
-    data_dir: str,
-    output_dir: str,
-    data_version: str,
-    config_hash: str,
-    upstream: str = "",
-    model_path: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
+def train_policy(inputs: StageInputs) -> dict[str, Any]:
     """Policy optimisation with the algorithm the config names (DPO family, GRPO, PPO)."""
-    algorithm = pipeline_config(config_json).policy.algorithm
-    return _train("policy", algorithm, config_json, data_dir, output_dir, model_path, parent_run_id)
+    algorithm = pipeline_config(inputs.config_json).policy.algorithm
+    return _train("policy", algorithm, inputs)

@@ -4,6 +4,7 @@ from alignflow.config import load_config
 from flows.retrain import REWARD_STAGE_REF, section_hash, with_reward_model
 from tasks.caching import code_version, stage_cache_key
 from tasks.retry import is_transient
+from tasks.stage_inputs import StageInputs
 
 
 def key(name="sft", **params):
@@ -16,6 +17,16 @@ def test_cache_key_changes_with_each_input_and_not_otherwise():
     assert key() == key(output_dir="/elsewhere", parent_run_id="another-run")
     assert len({key(), key(data_version="d2"), key(config_hash="c2"), key(upstream="u"), key("reward")}) == 5
     assert code_version() == code_version() and len(code_version()) == 16
+
+
+def test_a_stage_task_keys_on_the_same_fields_of_its_inputs_model():
+    context = SimpleNamespace(task=SimpleNamespace(name="sft"))
+    inputs = StageInputs(config_json={}, data_dir="d", output_dir="/o", data_version="d1", config_hash="c1")
+    assert stage_cache_key(context, {"inputs": inputs}) == key()
+    moved = inputs.model_copy(update={"output_dir": "/elsewhere", "parent_run_id": "another-run"})
+    assert stage_cache_key(context, {"inputs": moved}) == key()
+    built_on = inputs.model_copy(update={"upstream": "u"})
+    assert stage_cache_key(context, {"inputs": built_on}) == key(upstream="u")
 
 
 def test_only_the_sections_a_stage_reads_change_its_hash():
