@@ -21,15 +21,14 @@ from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.training.stage import (
-    AtomicCheckpointMixin,
     StageResult,
+    StageTrainerMixin,
     TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
     load_optional_pairs,
     load_pairs,
-    quiet_console_logs,
     require_rows,
     resolve_start_model,
     save_final_model,
@@ -38,7 +37,7 @@ from alignflow.training.stage import (
 )
 
 
-class AlignflowDPOTrainer(AtomicCheckpointMixin, DPOTrainer):
+class AlignflowDPOTrainer(StageTrainerMixin, DPOTrainer):
     """TRL's DPOTrainer with atomic checkpoints."""
 
 
@@ -54,14 +53,14 @@ class ReferenceFreeDPOTrainer(AlignflowDPOTrainer):
         return zeros, zeros.clone()
 
 
-class AlignflowKTOTrainer(AtomicCheckpointMixin, KTOTrainer):
+class AlignflowKTOTrainer(StageTrainerMixin, KTOTrainer):
     """TRL's KTOTrainer with atomic checkpoints."""
 
 
 def _orpo_trainer_class():
     from trl.experimental.orpo import ORPOTrainer
 
-    class AlignflowORPOTrainer(AtomicCheckpointMixin, ORPOTrainer):
+    class AlignflowORPOTrainer(StageTrainerMixin, ORPOTrainer):
         """TRL's (experimental) ORPOTrainer with atomic checkpoints."""
 
     return AlignflowORPOTrainer
@@ -162,7 +161,6 @@ def run_dpo(
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
     )
-    quiet_console_logs(trainer)  # before the first evaluate, which logs too
     metrics: dict[str, float] = {}
     if eval_ds is not None:
         metrics.update(_prefixed(trainer.evaluate(), "before_"))

@@ -27,8 +27,8 @@ from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.training.stage import (
-    AtomicCheckpointMixin,
     StageResult,
+    StageTrainerMixin,
     TrackingCallback,
     begin_stage,
     filter_known_args,
@@ -43,7 +43,7 @@ from alignflow.training.stage import (
 RewardFn = Callable[..., list[float]]
 
 
-class AlignflowGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
+class AlignflowGRPOTrainer(StageTrainerMixin, GRPOTrainer):
     """TRL's GRPOTrainer with atomic checkpoints."""
 
 

@@ -29,8 +29,8 @@ from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
 from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward
 from alignflow.training.stage import (
-    AtomicCheckpointMixin,
     StageResult,
+    StageTrainerMixin,
     TrackingCallback,
     begin_stage,
     filter_known_args,
@@ -45,11 +45,11 @@ from alignflow.training.stage import (
 )
 
 
-class AlignflowRewardTrainer(AtomicCheckpointMixin, RewardTrainer):
+class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):
     """TRL's RewardTrainer with atomic checkpoints."""
 
 
-class HeadsRewardTrainer(AtomicCheckpointMixin, Trainer):
+class HeadsRewardTrainer(StageTrainerMixin, Trainer):
     """Weighted per-objective losses: MSE on scores, or Bradley-Terry per objective on pairs."""
 
     def __init__(self, *args, weights: list[float], mode: str, pad_id: int, **kwargs):

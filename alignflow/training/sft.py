@@ -18,13 +18,12 @@ from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.training.stage import (
-    AtomicCheckpointMixin,
     StageResult,
+    StageTrainerMixin,
     TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
-    quiet_console_logs,
     require_rows,
     resolve_start_model,
     save_final_model,
@@ -33,7 +32,7 @@ from alignflow.training.stage import (
 )
 
 
-class AlignflowSFTTrainer(AtomicCheckpointMixin, SFTTrainer):
+class AlignflowSFTTrainer(StageTrainerMixin, SFTTrainer):
     """TRL's SFTTrainer with atomic checkpoints."""
 
 
@@ -93,7 +92,6 @@ def run_sft(
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"sft": stage.model_dump(), "model": config.model.model_dump()})],
     )
-    quiet_console_logs(trainer)  # before the first evaluate, which logs too
     metrics: dict[str, float] = {}
     if eval_rows:
         metrics["eval_loss_before"] = trainer.evaluate()["eval_loss"]

@@ -5,9 +5,10 @@ A stage (``sft``, ``reward``, ``dpo``, ``grpo``, ``ppo``) is a function
 
 1. give its config a :class:`StageConfig` base (the common trainer knobs) and build the
    trainer's arguments with :func:`trainer_arguments`;
-2. build the trainer class with :class:`AtomicCheckpointMixin` first in its bases, add
+2. start with :func:`begin_stage` (seed and output folder);
+3. build the trainer class with :class:`StageTrainerMixin` first in its bases, add
    :class:`TrackingCallback` to its callbacks;
-3. call :func:`train_with_resume` (it seeds, resumes from the last complete checkpoint and
+4. call :func:`train_with_resume` (it resumes from the last complete checkpoint and
    returns the checkpoint it resumed from), then :func:`save_final_model` and
    :func:`finish_stage`.
 
@@ -143,13 +144,23 @@ def filter_known_args(config_cls: type, kwargs: Mapping[str, Any]) -> dict[str, 
 # ---------------------------------------------------------------- checkpoints
 
 
-class AtomicCheckpointMixin:
-    """Write each checkpoint into a staging folder, then rename it into place.
+class StageTrainerMixin:
+    """What every stage's trainer adds to its TRL/transformers base class.
 
-    A crash (even SIGKILL) mid-save leaves only a staging folder behind, never a
-    half-written ``checkpoint-N``; so every ``checkpoint-N`` that exists is complete.
-    Put it first in a trainer's bases: ``class T(AtomicCheckpointMixin, DPOTrainer)``.
+    Checkpoints are written into a staging folder, then renamed into place: a crash (even
+    SIGKILL) mid-save leaves only a staging folder behind, never a half-written
+    ``checkpoint-N``, so every ``checkpoint-N`` that exists is complete. And a run without
+    progress bars stays quiet: transformers would print every log dict instead, while the
+    metrics already reach the tracker. Put it first in a trainer's bases:
+    ``class T(StageTrainerMixin, DPOTrainer)``.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.args.disable_tqdm:
+            from transformers.trainer_callback import PrinterCallback
+
+            self.remove_callback(PrinterCallback)
 
     def _save_checkpoint(self, model, trial):  # noqa: D401 - transformers' hook
         run_dir = Path(self._get_output_dir(trial=trial))
@@ -205,19 +216,9 @@ def last_complete_checkpoint(checkpoints_dir: str | Path) -> Path | None:
 
 def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True) -> tuple[Any, str | None]:
     """Train, continuing from the last complete checkpoint when there is one."""
-    quiet_console_logs(trainer)
     checkpoint = last_complete_checkpoint(Path(output_dir) / CHECKPOINTS) if resume else None
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     return output, str(checkpoint) if checkpoint else None
-
-
-def quiet_console_logs(trainer: Any) -> None:
-    """With the progress bar off, transformers prints every log dict instead; the metrics
-    already reach the tracker, so a quiet run stays quiet."""
-    from transformers.trainer_callback import PrinterCallback
-
-    if trainer.args.disable_tqdm:
-        trainer.remove_callback(PrinterCallback)
 
 
 # ---------------------------------------------------------------- saving and tracking
