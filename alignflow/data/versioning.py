@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+
+from alignflow.logs import logger_level
 
 DEFAULT_REMOTE_NAME = "alignflow"
 LOCAL_REMOTE = Path(".alignflow") / "dvc-remote"
@@ -23,16 +24,9 @@ class VersioningError(RuntimeError):
     """DVC or git refused an operation; the message says which and why."""
 
 
-@contextmanager
 def quiet_dvc():
     """Hide DVC's "now run git add" hints: the CLI prints its own summary of what happened."""
-    logger = logging.getLogger("dvc")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return logger_level("dvc", logging.WARNING)
 
 
 def dvc_file(repo_dir: str | Path, data_dir: str = "data") -> Path:

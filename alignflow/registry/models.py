@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
+
+from alignflow.logs import logger_level
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
@@ -120,7 +121,8 @@ def log_model(
     task = infer_task(model_dir)
     base = base_model_reference(model_dir)
     metadata = {"alignflow.source_dir": str(model_dir), **({BASE_MODEL_TAG: base} if base else {})}
-    with _quiet_hub_lookups():
+    # a model built offline has no hub card or licence; MLflow warns about both, every time
+    with logger_level("mlflow.transformers", logging.ERROR):
         info = mlflow.transformers.log_model(
             _load_components(model_dir, task),
             name=name,
@@ -132,18 +134,6 @@ def log_model(
         return None
     version_tags = {**(tags or {}), MODEL_KIND_TAG: task, **({BASE_MODEL_TAG: base} if base else {})}
     return register(tracking_uri, info.model_uri, registered_model_name, run.info.run_id, version_tags)
-
-
-@contextmanager
-def _quiet_hub_lookups() -> Iterator[None]:
-    """A local model built offline has no hub card or licence; MLflow warns about both, every time."""
-    logger = logging.getLogger("mlflow.transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _logged_model_id(model_uri: str) -> str | None:
