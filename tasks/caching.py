@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import alignflow
+from alignflow.code_version import source_digest
 
 CACHE_INPUTS = ("data_version", "config_hash", "upstream")
 
@@ -22,12 +23,7 @@ CACHE_INPUTS = ("data_version", "config_hash", "upstream")
 @cache
 def code_version() -> str:
     """A hash of the library's Python source (stable across machines and clones)."""
-    root = Path(alignflow.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest(Path(alignflow.__file__).parent)
 
 
 def stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from alignflow.code_version import source_digest
 from alignflow.data import versioning
 from alignflow.data.config import DataConfig
 from alignflow.data.report import write_report
@@ -172,12 +173,8 @@ def add_dataset(
 
 @cache
 def _rules_version() -> str:
-    """A hash of this package's source: changed validation rules make every input new again."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """A hash of this package's source: the validation rules an input was checked against."""
+    return source_digest(Path(__file__).parent)
 
 
 def input_fingerprint(
@@ -191,7 +188,7 @@ def input_fingerprint(
         "inputs": describe_inputs(paths, fmt or config.format),
         "config": config.model_dump(mode="json"),
         "tokenizer": file_sha256(tokenizer) if tokenizer and tokenizer.exists() else config.tokenizer,
-        "rules": _rules_version(),
+        "rules": _rules_version(),  # changed validation rules make every input new again
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -199,7 +196,8 @@ def input_fingerprint(
 def _snapshot_signature(data_dir: Path) -> list[list[Any]]:
     """Name, size and mtime of every snapshot file: a cheap check that nobody edited it."""
     files = sorted(p for p in data_dir.rglob("*") if p.is_file())
-    return [[p.relative_to(data_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    stats = [(p.relative_to(data_dir).as_posix(), p.stat()) for p in files]
+    return [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
 
 
 def _tracked_version(fingerprint: str, config: DataConfig, repo_dir: str | Path) -> DatasetVersion | None:
