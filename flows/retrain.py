@@ -24,7 +24,7 @@ from alignflow.registry import models as registry_models
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
-from flows.unchanged import OUTCOME_TAG, data_source, mark_nothing_to_do, matching_champion
+from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do, trained_on
 from tasks.data import version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
@@ -101,7 +101,9 @@ class Stages:
         # a relative output_dir lives in the repo the run works on, like its data snapshot
         self.out_root = (Path(repo_dir) / config.output_dir).resolve() / config.project
 
-    def inputs(self, stage: str, upstream: str, model: type[StageInputs] = StageInputs, **fields) -> Any:
+    def inputs(
+        self, stage: str, upstream: str, model: type[StageInputs] = StageInputs, **fields: Any
+    ) -> StageInputs:
         """A stage's inputs; its output folder is named by the same things as its cache key."""
         stage_hash = section_hash(self.config, stage)
         key = fingerprint(stage, self.data["version"], stage_hash, upstream)
@@ -246,8 +248,8 @@ def retrain(
         mlflow.set_tag(DATA_VERSION_TAG, data["version"])
         mlflow.log_artifact(data["report_path"], "data")
         mlflow.log_artifact(data["manifest_path"], "data")
-        champion = None if force else matching_champion(config, data["version"], cfg_hash)
-        if champion is not None:
+        champion = None if force else current_champion(config)
+        if champion is not None and trained_on(champion, data["version"], cfg_hash):
             mark_nothing_to_do(summary, config, champion)
             mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
         else:

@@ -54,12 +54,6 @@ def trained_on(champion: ModelVersion, data_version: str, cfg_hash: str) -> bool
     return tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
 
 
-def matching_champion(config: PipelineConfig, data_version: str, cfg_hash: str) -> ModelVersion | None:
-    """The champion policy's model version when it was trained on this data and config, else None."""
-    champion = current_champion(config)
-    return champion if champion is not None and trained_on(champion, data_version, cfg_hash) else None
-
-
 def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutcome]:
     """The training stages of the run that produced ``champion``, as cache hits of this run."""
     import mlflow
