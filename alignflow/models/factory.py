@@ -191,3 +191,10 @@ def model_init_kwargs(spec: ModelSpec) -> dict[str, Any]:
         kwargs["quantization_config"] = quant
         kwargs["device_map"] = {"": torch.cuda.current_device()} if torch.cuda.is_available() else None
     return kwargs
+
+
+def trl_model_init_kwargs(spec: ModelSpec) -> dict[str, Any]:
+    """:func:`model_init_kwargs` for a TRL config, which keeps the dtype by name ("bfloat16")."""
+    kwargs = model_init_kwargs(spec)
+    kwargs["dtype"] = str(kwargs["dtype"]).removeprefix("torch.")
+    return kwargs

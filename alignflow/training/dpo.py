@@ -18,7 +18,7 @@ from trl import DPOConfig as TRLDPOConfig
 from trl import DPOTrainer, KTOConfig, KTOTrainer
 
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.training.stage import (
     StageResult,
@@ -141,8 +141,7 @@ def run_dpo(
         train_ds = pair_dataset(pairs, tokenizer)
         eval_ds = pair_dataset(eval_pairs, tokenizer) if eval_pairs else None
 
-    init_kwargs = model_init_kwargs(config.model)
-    init_kwargs["dtype"] = str(init_kwargs["dtype"]).removeprefix("torch.")
+    init_kwargs = trl_model_init_kwargs(config.model)
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
     kwargs.update(extra, max_length=stage.max_length, model_init_kwargs=init_kwargs, dataset_num_proc=None)
     if stage.max_prompt_length:

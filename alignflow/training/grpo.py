@@ -23,7 +23,7 @@ from trl import GRPOTrainer
 
 from alignflow.data import demo
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.training.stage import (
@@ -166,8 +166,7 @@ def run_grpo(
             [dict(r, prompt=format_prompt(tokenizer, _decode_prompt(r["raw_prompt"]))) for r in items]
         )
 
-    init_kwargs = model_init_kwargs(config.model)
-    init_kwargs["dtype"] = str(init_kwargs["dtype"]).removeprefix("torch.")
+    init_kwargs = trl_model_init_kwargs(config.model)
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
     kwargs.update(
         num_generations=stage.num_generations,
