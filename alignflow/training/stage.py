@@ -126,9 +126,12 @@ def trainer_arguments(
         "use_cpu": not torch.cuda.is_available(),
         "save_safetensors": True,
         **mixed_precision_flags(model),
+        # TRL's configs turn checkpointing on by default: say what the stage config says.
+        # transformers 5 renamed the flag; the old name serves older releases (the filter
+        # drops whichever name a config class does not have).
+        "activation_checkpointing": config.gradient_checkpointing,
+        "gradient_checkpointing": config.gradient_checkpointing,
     }
-    if config.gradient_checkpointing:
-        args["gradient_checkpointing"] = True
     args.update(config.extra_args)
     return {k: v for k, v in args.items() if v is not None or k == "save_total_limit"}
 

@@ -60,3 +60,24 @@ def test_bad_stage_values_name_the_key():
         load_config(None, ["grpo.per_device_train_batch_size=6", "grpo.num_generations=4"])
     with pytest.raises(ConfigError, match="path"):
         load_config(None, ["grpo.reward_functions=[{kind: python}]"])
+
+
+@pytest.mark.parametrize("stage", ["sft", "reward", "dpo", "grpo"])
+def test_activation_checkpointing_follows_the_stage_config(stage, tmp_path):
+    """TRL's configs default checkpointing to on; a stage runs without it unless configured."""
+    import trl
+
+    from alignflow.training.stage import filter_known_args, trainer_arguments
+
+    trl_config = {"sft": trl.SFTConfig, "reward": trl.RewardConfig, "dpo": trl.DPOConfig}.get(
+        stage, trl.GRPOConfig
+    )
+    for wanted in (False, True):
+        config = load_config(None, [f"{stage}.gradient_checkpointing={str(wanted).lower()}"])
+        section = getattr(config, stage)
+        kwargs = trainer_arguments(section, tmp_path, config.model, 0, has_eval=False)
+        if stage == "grpo":  # GRPO checks its generation batch against these at construction
+            kwargs.update(num_generations=section.num_generations)
+        args = trl_config(**filter_known_args(trl_config, kwargs))
+        assert args.gradient_checkpointing is wanted
+        assert getattr(args, "activation_checkpointing", wanted) is wanted
