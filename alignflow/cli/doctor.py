@@ -1,20 +1,29 @@
-"""``alignflow doctor``: check the services a configured run would use, in plain words."""
+"""``alignflow doctor``: check what a configured run would use, and say how to fix what is missing.
+
+Every check reads the same config a run would (``--config``/``--set``), so a config that
+names GPU work pools, a PostgreSQL tracking store, four accelerate processes or a hub
+model is checked for exactly those, before a run finds out halfway through.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
 MIN_FREE_DISK_GB = 5.0
+PROBE_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -25,36 +34,147 @@ class Check:
     fix: str = ""
 
 
+# ---------------------------------------------------------------- Prefect
+
+
 def _http_ok(url: str) -> tuple[bool, str]:
     try:
-        response = httpx.get(url, timeout=3.0)
+        response = httpx.get(url, timeout=PROBE_TIMEOUT_S)
     except httpx.HTTPError as exc:
         return False, f"{url} did not answer ({exc.__class__.__name__})"
     return response.status_code < 400, f"{url} answered {response.status_code}"
 
 
-def check_prefect() -> Check:
+def check_prefect(orchestration: Any = None) -> list[Check]:
+    """The API, and for stages routed to work pools: each pool, its workers, each deployment."""
+    pools = dict(orchestration.work_pools) if orchestration is not None else {}
     api = os.environ.get("PREFECT_API_URL")
     if not api:
-        return Check("Prefect", True, "no PREFECT_API_URL: runs use the ephemeral API in-process")
+        if pools:
+            return [
+                Check(
+                    "Prefect",
+                    False,
+                    f"stages {', '.join(sorted(pools))} go to work pools, but no PREFECT_API_URL is set "
+                    "and the in-process API has no workers",
+                    "start a Prefect server (mlflow/compose.yaml) and export PREFECT_API_URL",
+                )
+            ]
+        return [Check("Prefect", True, "no PREFECT_API_URL: runs use the in-process API")]
     ok, detail = _http_ok(api.rstrip("/") + "/health")
-    return Check("Prefect", ok, detail, "start `prefect server start` or fix PREFECT_API_URL")
+    checks = [Check("Prefect", ok, detail, "start `prefect server start` or fix PREFECT_API_URL")]
+    if ok and pools:
+        checks += check_work_pools(pools, orchestration.deployment_name)
+    return checks
+
+
+def check_work_pools(pools: dict[str, str], deployment_name: str) -> list[Check]:
+    """Each named pool exists and has an online worker; each stage's deployment runs on its pool."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import WorkerStatus
+    from prefect.exceptions import ObjectNotFound
+
+    checks = []
+    with get_client(sync_client=True) as client:
+        for pool in sorted(set(pools.values())):
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                checks.append(
+                    Check(
+                        f"Work pool {pool}",
+                        False,
+                        "does not exist on the server",
+                        f"prefect work-pool create {pool} --type process (prefect.yaml lists the GPU pools)",
+                    )
+                )
+                continue
+            # explicit offset and limit: the server rejects the client's nulls
+            workers = client.read_workers_for_work_pool(pool, offset=0, limit=200)
+            online = [w for w in workers if w.status == WorkerStatus.ONLINE]
+            checks.append(
+                Check(
+                    f"Work pool {pool}",
+                    bool(online),
+                    f"{len(online)} online worker(s)",
+                    f"prefect worker start --pool {pool}",
+                )
+            )
+        for stage, pool in sorted(pools.items()):
+            checks.append(_check_deployment(client, stage, pool, deployment_name))
+    return checks
+
+
+def _check_deployment(client: Any, stage: str, pool: str, deployment_name: str) -> Check:
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.stages import STAGE_FLOWS
+
+    if stage not in STAGE_FLOWS:
+        return Check(
+            f"Stage {stage}",
+            False,
+            "orchestration.work_pools names an unknown stage",
+            f"use {sorted(STAGE_FLOWS)}",
+        )
+    name = f"{STAGE_FLOWS[stage].name}/{deployment_name}"
+    try:
+        deployment = client.read_deployment_by_name(name)
+    except ObjectNotFound:
+        return Check(f"Deployment {name}", False, "not deployed", "prefect deploy --all (see prefect.yaml)")
+    actual = deployment.work_pool_name
+    return Check(
+        f"Deployment {name}",
+        actual == pool,
+        f"runs on work pool {actual}" + ("" if actual == pool else f", the config names {pool}"),
+        f"redeploy it on {pool}, or set orchestration.work_pools.{stage}={actual}",
+    )
+
+
+# ---------------------------------------------------------------- MLflow, DVC
 
 
 def check_mlflow(uri: str) -> Check:
-    parsed = urlparse(uri)
-    if parsed.scheme in {"http", "https"}:
+    scheme = urlparse(uri).scheme
+    if scheme in {"http", "https"}:
         ok, detail = _http_ok(uri.rstrip("/") + "/health")
         return Check("MLflow", ok, detail, "start the tracking server (mlflow/README.md) or fix the URI")
-    if parsed.scheme == "sqlite":
+    if scheme == "sqlite":
         folder = Path(uri.removeprefix("sqlite:///")).resolve().parent
         ok = os.access(folder, os.W_OK)
         return Check("MLflow", ok, f"SQLite store in {folder}", f"make {folder} writable")
-    if parsed.scheme.startswith("postgresql"):
-        return Check("MLflow", True, f"database store {parsed.hostname}:{parsed.port or 5432} (not probed)")
+    if scheme.split("+")[0] in {"postgresql", "mysql", "mssql"}:
+        return _check_database_store(uri)
     return Check(
         "MLflow", False, f"unsupported tracking URI {uri!r}", "use sqlite:///mlflow.db or http://host:5000"
     )
+
+
+def _check_database_store(uri: str) -> Check:
+    """Connect once, as MLflow will (SQLAlchemy), so a missing driver or a closed port shows now."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    url = make_url(uri)
+    where = f"{url.drivername} store {url.host}:{url.port or ''}/{url.database}"
+    connect_args = {"connect_timeout": int(PROBE_TIMEOUT_S)} if url.get_backend_name() == "postgresql" else {}
+    try:
+        engine = create_engine(url, connect_args=connect_args)
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        engine.dispose()
+    except ModuleNotFoundError as exc:
+        return Check(
+            "MLflow",
+            False,
+            f"{where}: no database driver ({exc.name})",
+            "use postgresql+psycopg://… (installed) or pip install the driver",
+        )
+    except SQLAlchemyError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        return Check("MLflow", False, f"{where}: {reason}", "start the database or fix the URI")
+    return Check("MLflow", True, f"{where} answered")
 
 
 def check_dvc(remote: str | None) -> Check:
@@ -72,6 +192,9 @@ def check_dvc(remote: str | None) -> Check:
     return Check("DVC", ok, f"remote {remote}", f"pip install 'dvc[{scheme}]' for this remote")
 
 
+# ---------------------------------------------------------------- compute
+
+
 def check_gpus() -> Check:
     import torch
 
@@ -82,21 +205,107 @@ def check_gpus() -> Check:
     return Check("GPUs", True, f"{len(names)} x {names[0]}, bf16 {'yes' if bf16 else 'no'}")
 
 
+def check_training(config: Any, gpu_count: int) -> list[Check]:
+    """What the model and process settings need: CUDA and bitsandbytes for QLoRA, the launch setup."""
+    checks = []
+    quantization = config.model.lora.quantization
+    if quantization:
+        has_bnb = importlib.util.find_spec("bitsandbytes") is not None
+        ok = gpu_count > 0 and has_bnb
+        checks.append(
+            Check(
+                "QLoRA",
+                ok,
+                f"{quantization} quantisation: GPU {'yes' if gpu_count else 'no'}, "
+                f"bitsandbytes {'yes' if has_bnb else 'no'}",
+                "run on a CUDA GPU with `pip install bitsandbytes`, or set model.lora.quantization=null",
+            )
+        )
+    if config.orchestration.num_processes > 1:
+        checks.append(check_accelerate(config.orchestration, gpu_count))
+    return checks
+
+
+def check_accelerate(orchestration: Any, gpu_count: int) -> Check:
+    """A multi-process launch: its config file, the strategy's package, enough GPUs."""
+    processes = orchestration.num_processes
+    path = orchestration.accelerate_config
+    if path is None:
+        backend = f"NCCL on {gpu_count} GPU(s)" if gpu_count else "gloo on the CPU"
+        ok = gpu_count == 0 or processes <= gpu_count
+        return Check(
+            "Accelerate",
+            ok,
+            f"DDP, {processes} processes, {backend}",
+            f"set orchestration.num_processes to at most {gpu_count}",
+        )
+    if not Path(path).is_file():
+        return Check(
+            "Accelerate",
+            False,
+            f"{path} does not exist",
+            "name a file from configs/accelerate/ or fix the path",
+        )
+    settings = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    strategy = str(settings.get("distributed_type", "?"))
+    detail = f"{strategy} from {path}, {processes} processes"
+    if strategy == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
+        return Check("Accelerate", False, f"{detail}; deepspeed is not installed", "pip install deepspeed")
+    if strategy in {"DEEPSPEED", "FSDP"} and processes > gpu_count:
+        return Check(
+            "Accelerate",
+            False,
+            f"{detail}, but {gpu_count} GPU(s)",
+            "run on a machine with a GPU per process, or use configs/accelerate/ddp.yaml",
+        )
+    return Check("Accelerate", True, detail)
+
+
+def check_model(name: str) -> Check:
+    """A hub model must be reachable, or already in the cache when the hub is switched off."""
+    from alignflow.models.model_config import MINILM, PRESETS, TINY
+
+    if name in {TINY, MINILM}:
+        return Check("Model", True, f"{name!r} needs no download")
+    if Path(name).expanduser().exists():
+        return Check("Model", True, f"local folder {name}")
+    repo = PRESETS.get(name, name)
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in {"1", "true", "yes"}:
+        return Check("Model", True, f"{repo} from the Hugging Face hub (downloaded on first use)")
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = isinstance(try_to_load_from_cache(repo, "config.json"), str)
+    return Check(
+        "Model",
+        cached,
+        f"{repo}: HF_HUB_OFFLINE is set and it is {'in' if cached else 'not in'} the local cache",
+        f"download it once with `hf download {repo}` (or unset HF_HUB_OFFLINE)",
+    )
+
+
 def check_disk(path: str = ".") -> Check:
     free_gb = shutil.disk_usage(path).free / 1e9
     ok = free_gb >= MIN_FREE_DISK_GB
     return Check("Disk", ok, f"{free_gb:.1f} GB free in {Path(path).resolve()}", "free space for checkpoints")
 
 
+# ---------------------------------------------------------------- command
+
+
 def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
+    import torch
+
     from alignflow.config import load_config
 
     config = load_config(config_path, overrides)
+    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return [
-        check_prefect(),
+        *check_prefect(config.orchestration),
         check_mlflow(config.tracking.resolved_uri()),
         check_dvc(config.data.remote),
         check_gpus(),
+        *check_training(config, gpu_count),
+        check_model(config.model.name),
         check_disk(),
     ]
 
@@ -107,7 +316,7 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Option(None, "--config", "-c", help="pipeline config YAML"),
         overrides: list[str] = typer.Option([], "--set", help="key=value overrides"),
     ) -> None:
-        """Check the Prefect API, MLflow, the DVC remote, GPUs and disk; say how to fix what is missing."""
+        """Check the Prefect API and work pools, MLflow, DVC, GPUs and launch settings, the model, disk."""
         checks = run_checks(config, overrides)
         table = Table("check", "status", "detail", "how to fix")
         for item in checks:

@@ -1,12 +1,17 @@
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from alignflow.cli import app
-from alignflow.cli.doctor import check_mlflow, check_prefect
+from alignflow.cli.doctor import check_accelerate, check_mlflow, check_model, check_prefect, check_training
+from alignflow.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_unreachable_services_are_reported_with_a_fix(monkeypatch):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
-    prefect = check_prefect()
+    [prefect] = check_prefect()
     assert not prefect.ok and "did not answer" in prefect.detail and prefect.fix
     mlflow = check_mlflow("http://127.0.0.1:9")
     assert not mlflow.ok and "mlflow/README.md" in mlflow.fix
@@ -19,3 +24,50 @@ def test_doctor_exits_nonzero_when_a_service_is_missing(monkeypatch):
     assert "MLflow" in result.output and "missing" in result.output
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
+
+
+def test_work_pools_without_a_prefect_server_are_reported(monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    config = load_config(None, ["orchestration.work_pools.sft=gpu", "orchestration.work_pools.reward=gpu"])
+    [prefect] = check_prefect(config.orchestration)
+    assert not prefect.ok
+    assert "reward, sft" in prefect.detail and "PREFECT_API_URL" in prefect.fix
+
+
+def test_database_tracking_store_is_probed(postgres_url):
+    assert check_mlflow(postgres_url).ok
+    closed = check_mlflow("postgresql+psycopg://postgres@127.0.0.1:9/test")
+    assert not closed.ok and "refused" in closed.detail
+    no_driver = check_mlflow("mysql://user@127.0.0.1/mlflow")
+    assert not no_driver.ok and "MySQLdb" in no_driver.detail
+
+
+def test_multi_process_settings_are_checked_against_the_machine(tmp_path):
+    def orchestration(*overrides):
+        return load_config(None, ["orchestration.num_processes=2", *overrides]).orchestration
+
+    cpu_ddp = check_accelerate(orchestration(), gpu_count=0)
+    assert cpu_ddp.ok and "gloo" in cpu_ddp.detail
+    too_many = check_accelerate(orchestration(), gpu_count=1)
+    assert not too_many.ok and "at most 1" in too_many.fix
+    missing = check_accelerate(orchestration(f"orchestration.accelerate_config={tmp_path}/none.yaml"), 0)
+    assert not missing.ok and "does not exist" in missing.detail
+    fsdp = f"orchestration.accelerate_config={REPO}/configs/accelerate/fsdp.yaml"
+    assert not check_accelerate(orchestration(fsdp), gpu_count=0).ok
+    assert check_accelerate(orchestration(fsdp), gpu_count=2).ok
+
+
+def test_qlora_needs_a_gpu():
+    config = load_config(REPO / "configs" / "gpu-llama-8b-qlora.yaml", [])
+    [qlora] = [c for c in check_training(config, gpu_count=0) if c.name == "QLoRA"]
+    assert not qlora.ok and "GPU no" in qlora.detail
+    assert check_training(load_config(None, []), gpu_count=0) == []
+
+
+def test_hub_models_must_be_cached_when_the_hub_is_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    uncached = check_model("alignflow-tests/never-downloaded")
+    assert not uncached.ok and "not in the local cache" in uncached.detail and "hf download" in uncached.fix
+    assert check_model("tiny").ok and check_model(str(tmp_path)).ok
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert check_model("alignflow-tests/never-downloaded").ok

@@ -102,6 +102,14 @@ def test_parent_flow_runs_a_stage_deployment_on_a_process_worker(prefect_server,
     )
     subprocess.run([sys.executable, "-c", deploy], env=env, cwd=REPO, check=True, timeout=180)
 
+    with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+        before = _doctor({"sft": POOL, "reward": "no-such-pool"})
+    idle, absent = before[f"Work pool {POOL}"], before["Work pool no-such-pool"]
+    assert not idle.ok and "0 online" in idle.detail and "prefect worker start" in idle.fix
+    assert not absent.ok and "does not exist" in absent.detail
+    assert before["Deployment stage-sft/default"].ok
+    assert "not deployed" in before["Deployment stage-reward/default"].detail
+
     worker_log = tmp_path / "worker.log"
     worker = _start([*prefect, "worker", "start", "--pool", POOL, "--type", "process"], env, worker_log)
     try:
@@ -117,6 +125,7 @@ def test_parent_flow_runs_a_stage_deployment_on_a_process_worker(prefect_server,
             ]
             summary = retrain(None, overrides, repo_dir=str(tmp_path / "repo"))
             stage_runs = _flow_runs_of("stage-sft")
+            after = _doctor({"sft": POOL})
     finally:
         _stop(worker)
 
@@ -128,6 +137,14 @@ def test_parent_flow_runs_a_stage_deployment_on_a_process_worker(prefect_server,
     assert run.infrastructure_pid and int(str(run.infrastructure_pid).rsplit(":", 1)[-1]) != os.getpid()
     # the stages without a pool ran in-process, as subflows of the parent
     assert _flow_runs_of("stage-reward")[0].work_pool_name is None
+    # with the worker polling, `alignflow doctor` finds nothing missing on the server
+    assert all(check.ok for check in after.values()), after
+
+
+def _doctor(pools: dict[str, str]) -> dict:
+    from alignflow.cli.doctor import check_work_pools
+
+    return {check.name: check for check in check_work_pools(pools, "default")}
 
 
 def _flow_runs_of(flow_name: str):
