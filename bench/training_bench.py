@@ -5,9 +5,9 @@ batch size and learning rate on both sides; everything else is each tool's own d
 For TRL that means its trainer config as shipped (gradient checkpointing on, ``max_length``
 1024, checkpoint every 500 steps), with bf16 switched off only where the device has no bf16.
 alignflow's stage does what it always does (activation checkpointing off unless a stage
-config asks for it): loads the versioned snapshot, checkpoints
-atomically every ``save_steps``, evaluates before and after on held-out pairs (DPO) or
-measures accuracy/calibration and reward statistics (reward), and saves the final model.
+config asks for it): loads the versioned snapshot, checkpoints atomically every
+``save_steps``, evaluates before and after on held-out pairs (DPO) or measures
+accuracy/calibration and reward statistics (reward), and saves the final model.
 
 Each case runs in its own process so that peak memory (max RSS, and peak CUDA memory on a
 GPU) belongs to that case alone. Reported per case: pairs/s over the training loop
