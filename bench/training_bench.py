@@ -129,10 +129,11 @@ def run_alignflow_reward(data_dir: Path, model_dir: Path, out: Path) -> float:
 
 
 def run_trl_reward(data_dir: Path, model_dir: Path, out: Path) -> float:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     from trl import RewardConfig, RewardTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    set_seed(0)  # the new score head is drawn at load time, before the Trainer seeds anything
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     trainer = RewardTrainer(
