@@ -45,9 +45,9 @@ def _http_ok(url: str) -> tuple[bool, str]:
     return response.status_code < 400, f"{url} answered {response.status_code}"
 
 
-def check_prefect(orchestration: Any = None) -> list[Check]:
+def check_prefect(orchestration: Any) -> list[Check]:
     """The API, and for stages routed to work pools: each pool, its workers, each deployment."""
-    pools = dict(orchestration.work_pools) if orchestration is not None else {}
+    pools = dict(orchestration.work_pools)
     api = os.environ.get("PREFECT_API_URL")
     if not api:
         if pools:
@@ -195,14 +195,19 @@ def check_dvc(remote: str | None) -> Check:
 # ---------------------------------------------------------------- compute
 
 
-def check_gpus() -> Check:
+def gpu_count() -> int:
     import torch
 
-    if not torch.cuda.is_available():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_gpus(count: int) -> Check:
+    if count == 0:
         return Check("GPUs", True, "none: training runs on the CPU (fine for the demo config)")
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    import torch
+
     bf16 = torch.cuda.is_bf16_supported()
-    return Check("GPUs", True, f"{len(names)} x {names[0]}, bf16 {'yes' if bf16 else 'no'}")
+    return Check("GPUs", True, f"{count} x {torch.cuda.get_device_name(0)}, bf16 {'yes' if bf16 else 'no'}")
 
 
 def check_training(config: Any, gpu_count: int) -> list[Check]:
@@ -293,18 +298,16 @@ def check_disk(path: str = ".") -> Check:
 
 
 def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
-    import torch
-
     from alignflow.config import load_config
 
     config = load_config(config_path, overrides)
-    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     return [
         *check_prefect(config.orchestration),
         check_mlflow(config.tracking.resolved_uri()),
         check_dvc(config.data.remote),
-        check_gpus(),
-        *check_training(config, gpu_count),
+        check_gpus(gpus),
+        *check_training(config, gpus),
         check_model(config.model.name),
         check_disk(),
     ]

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_unreachable_services_are_reported_with_a_fix(monkeypatch):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
-    [prefect] = check_prefect()
+    [prefect] = check_prefect(load_config(None, []).orchestration)
     assert not prefect.ok and "did not answer" in prefect.detail and prefect.fix
     mlflow = check_mlflow("http://127.0.0.1:9")
     assert not mlflow.ok and "mlflow/README.md" in mlflow.fix
