@@ -8,6 +8,7 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 # hadolint ignore=DL3006
 FROM ${BASE_IMAGE}
 
+# keep TORCH_VERSION equal to torch's pin in requirements/lock.txt
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -28,14 +29,15 @@ RUN apt-get update \
 RUN useradd --create-home --uid 1000 alignflow
 WORKDIR /app
 
-# Layer 1: torch (largest, changes least)
+# Layer 1: torch (largest, changes least), at the locked version
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
 
-# Layer 2: dependencies only, so code edits do not reinstall them
+# Layer 2: dependencies only, at the versions in the lock, so code edits do not reinstall them
 COPY pyproject.toml README.md ./
+COPY requirements/lock.txt requirements/lock.txt
 RUN mkdir -p alignflow tasks flows \
     && touch alignflow/__init__.py tasks/__init__.py flows/__init__.py \
-    && pip install . \
+    && pip install -c requirements/lock.txt . \
     && pip uninstall -y alignflow
 
 # Layer 3: the code
