@@ -77,22 +77,27 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
-    """Read a YAML config (or the embedded defaults when ``path`` is None) and apply overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read config: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a config must be a mapping of sections")
+    """Read a YAML config and apply overrides; with no ``path``, the embedded default: the demo.
+
+    The demo is the one configuration known to train a policy that can do its task on any
+    machine in minutes, so a bare ``alignflow run`` never crowns an untrained model.
+    """
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of sections")
     data = apply_overrides(data, overrides or [])
     try:
         return PipelineConfig.model_validate(data)
     except ValueError as exc:
-        raise ConfigError(f"{path or 'config'}: {exc}") from exc
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def config_hash(config: BaseModel) -> str:

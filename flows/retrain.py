@@ -20,15 +20,19 @@ from prefect import flow
 from prefect.deployments import run_deployment
 
 from alignflow.config import PipelineConfig, config_hash, load_config
+from alignflow.data.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
 from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do, trained_on
-from tasks.data import version_data
+from tasks.data import pin_golden, version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
 
+GOLDEN_VERSION_TAG = "golden.version"
+GOLDEN_SOURCE_TAG = "golden.source"
+STOP_REASON_TAG = "pipeline.reason"
 REWARD_STAGE_REF = "@reward"  # a reward-model path in config that means "the reward stage's model"
 STAGE_SECTIONS = {
     "sft": ("seed", "model", "sft"),
@@ -74,13 +78,13 @@ def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str,
     return json.loads(text)
 
 
-def champion_dir(uri: str, project: str, out_root: Path) -> tuple[str | None, str]:
-    """A local copy of the current champion policy (for win rate vs champion), and its version."""
-    name = registry_models.registered_name(project, "policy")
+def champion_dir(uri: str, project: str, out_root: Path, role: str = "policy") -> tuple[str | None, str]:
+    """A local copy of the current champion of ``role``, and its version ("" when there is none)."""
+    name = registry_models.registered_name(project, role)
     version = registry_models.alias_version(uri, name, registry_models.CHAMPION)
     if version is None:
         return None, ""
-    target = out_root / f"champion-v{version}"
+    target = out_root / f"champion-{role}-v{version}"
     path = target if (target / "config.json").exists() else None
     path = path or registry_models.download_model_dir(uri, name, version, target)
     return (str(path) if path else None), version
@@ -163,7 +167,12 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
 
     reference = sft_dir or config.model.name
     champ_dir, champ_version = champion_dir(uri, config.project, stages.out_root)
-    upstream = f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
+    judge_dir, judge_version = champion_dir(uri, config.project, stages.out_root, "reward")
+    golden = summary.golden or {}
+    upstream = (
+        f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
+        f"|champion_reward={judge_version}|golden={golden.get('version', '')}"
+    )
     eval_inputs = stages.inputs(
         "evaluate",
         upstream,
@@ -172,6 +181,8 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         reference_dir=reference,
         reward_dir=reward["model_dir"],
         champion_dir=champ_dir,
+        champion_reward_dir=judge_dir,
+        golden_path=golden.get("path"),
     )
     evaluation = stages.run("evaluate", eval_inputs)
 
@@ -201,9 +212,41 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
             config_hash=section_hash(config, "promote"),
             upstream=json.dumps(versions, sort_keys=True),
             parent_run_id=stages.parent,
+            tags=golden_tags(golden),
         ),
     )
     summary.promotions = promoted["decisions"]
+
+
+def golden_tags(golden: dict[str, Any]) -> dict[str, str]:
+    """The pinned set an evaluated version was judged on, as registry tags."""
+    if not golden:
+        return {}
+    return {GOLDEN_VERSION_TAG: golden["version"], GOLDEN_SOURCE_TAG: golden["source"][:500]}
+
+
+def label_judge(config: PipelineConfig, out_root: Path) -> dict[str, Any] | None:
+    """The champion reward model and its pinned-set accuracy, for the poisoned-data check."""
+    from alignflow.registry.promotion import REWARD_ACCURACY, recorded_metrics
+
+    if config.data.label_check_max_gap is None:
+        return None
+    uri = config.tracking.resolved_uri()
+    model_dir, version = champion_dir(uri, config.project, out_root, "reward")
+    if model_dir is None:
+        return None
+    name = registry_models.registered_name(config.project, "reward")
+    metrics = recorded_metrics(uri, name, version)
+    accuracy = metrics.get(REWARD_ACCURACY, metrics.get("eval/reward_accuracy"))
+    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy, "version": version}
+
+
+def stop_run(summary: RunSummary, error: LabelDisagreement) -> None:
+    """Record a run stopped by a data check: reason and report on the parent run, nothing registered."""
+    summary.stopped = {"reason": error.reason, "message": str(error), "report": error.report_path}
+    mlflow.set_tags({OUTCOME_TAG: "stopped", STOP_REASON_TAG: error.reason})
+    if error.report_path:
+        mlflow.log_artifact(error.report_path, "data")
 
 
 def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
@@ -239,11 +282,20 @@ def retrain(
         summary.parent_run_id = parent.info.run_id
         stages = Stages(config, summary, parent.info.run_id, repo_dir)
         source = data_source(config, repo_dir)
-        data = stages.run(
-            "data",
-            call=lambda: version_data(stages.config_json, source, repo_dir, parent.info.run_id),
-        )
+        judge = label_judge(config, stages.out_root)
+        try:
+            data = stages.run(
+                "data",
+                call=lambda: version_data(stages.config_json, source, repo_dir, parent.info.run_id, judge),
+            )
+        except LabelDisagreement as error:
+            stop_run(summary, error)
+            summary.wall_seconds = time.perf_counter() - started
+            mlflow.log_dict(summary.to_dict(), "summary.json")
+            return summary.to_dict()
         stages.data = data
+        summary.golden = pin_golden(stages.config_json, data["data_dir"], repo_dir)
+        mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
         summary.data_version = data["version"]
         mlflow.set_tag(DATA_VERSION_TAG, data["version"])
         mlflow.log_artifact(data["report_path"], "data")

@@ -26,6 +26,8 @@ class RunSummary:
     stages: list[StageOutcome] = field(default_factory=list)
     promotions: dict[str, dict[str, Any]] = field(default_factory=dict)
     nothing_to_do: str | None = None
+    stopped: dict[str, Any] | None = None  # {"reason", "message", "report"} when a check stopped the run
+    golden: dict[str, Any] | None = None  # the pinned evaluation set: path, version (md5), counts
     wall_seconds: float = 0.0
 
     def add(self, outcome: StageOutcome) -> StageOutcome:

@@ -34,6 +34,7 @@ def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
         n_pairs=config.data.demo_rows,
         n_scored=config.data.demo_scored_rows,
         eval_fraction=config.data.eval_fraction,
+        phrasings=config.data.demo_phrasings,
     )
     return str(paths["demo"])
 

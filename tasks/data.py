@@ -1,4 +1,5 @@
-"""Prefect task for the data stage: validate, snapshot and version (one ``add_dataset`` call)."""
+"""Prefect tasks for the data stage: validate, snapshot and version (one ``add_dataset`` call),
+and pin the evaluation set (one ``pin_golden_set`` call)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,41 @@ from prefect import task
 from tasks.retry import retry_transient
 from tasks.stage_task import pipeline_config, run_in_stage
 
+LABEL_REPORT = Path(".alignflow") / "reports" / "label-check.json"
+
 
 @task(name="version-data", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_transient)
 def version_data(
-    config_json: dict, source: str, repo_dir: str = ".", parent_run_id: str | None = None
+    config_json: dict,
+    source: str,
+    repo_dir: str = ".",
+    parent_run_id: str | None = None,
+    label_judge: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate ``source``; when it passes, write the snapshot, ``dvc add`` and push it.
 
-    Not cached by Prefect: ``add_dataset`` itself recognises an input it has already
-    turned into the tracked snapshot (same bytes, data config and rules, snapshot intact)
-    and returns that version with ``cached`` set, so a changed input is always validated.
+    ``label_judge`` (the champion reward model's ``model_dir`` and pinned ``accuracy``)
+    turns on the poisoned-data check: labels it contradicts stop the run before anything
+    is versioned. Not cached by Prefect: ``add_dataset`` itself recognises an input it has
+    already turned into the tracked snapshot and returns that version with ``cached`` set.
     """
     config = pipeline_config(config_json)
 
     def call() -> dict[str, Any]:
+        from alignflow.data.label_check import label_guard
         from alignflow.data.pipeline import add_dataset
 
-        result = add_dataset(source, config.data, repo_dir=repo_dir)
+        guard = None
+        if label_judge and config.data.label_check_max_gap is not None:
+            guard = label_guard(
+                label_judge["model_dir"],
+                float(label_judge["accuracy"]),
+                config.data.label_check_max_gap,
+                Path(repo_dir).resolve() / LABEL_REPORT,
+                config.data.label_check_pairs,
+                config.seed,
+            )
+        result = add_dataset(source, config.data, repo_dir=repo_dir, check_labels=guard)
         return {
             "version": result.version,
             "data_dir": str(Path(result.data_dir).resolve()),
@@ -38,3 +57,12 @@ def version_data(
         }
 
     return run_in_stage("data", config, parent_run_id, call)
+
+
+@task(name="pin-golden", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_transient)
+def pin_golden(config_json: dict, data_dir: str, repo_dir: str = ".") -> dict[str, Any]:
+    """The pinned evaluation set: the configured file, or ``golden/`` frozen on first use."""
+    from alignflow.evaluation.golden import pin_golden_set
+
+    config = pipeline_config(config_json)
+    return pin_golden_set(config.evaluation, data_dir, repo_dir, config.data.remote).as_dict()

@@ -37,9 +37,13 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
             inputs.reward_dir,
             inputs.champion_dir,
             config.evaluation,
+            golden_path=inputs.golden_path,
+            champion_reward_dir=inputs.champion_reward_dir,
         )
         compared = inputs.champion_dir is not None
         report.info.update({"data_version": inputs.data_version, "champion_compared": compared})
+        if inputs.golden_path:
+            report.info["golden_path"] = inputs.golden_path
         out = inputs.output_dir
         paths = log_report(report, out, report_plots(report, Path(out) / "plots"))
         return {"metrics": report.gate_metrics(), "report": str(paths["json"]), "output_dir": out}

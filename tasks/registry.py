@@ -56,23 +56,38 @@ def promote_models(
     config_hash: str,
     upstream: str = "",
     parent_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Move ``champion`` for each role only when every configured gate passes."""
+    """Move ``champion`` for each role only when every configured gate passes.
+
+    The reward model is judged first: only a reward model that passed its own gates may
+    then judge the policy (beside the champion reward model and any plugged-in judge).
+    """
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
-        from alignflow.registry.promotion import promote
+        from alignflow.registry.promotion import promote, trusted_judges
 
         decisions = {}
-        for role, info in versions.items():
-            decision = promote(uri, info["name"], info["version"], metrics, config.promotion, role)
+        reward_trusted = False
+        for role in sorted(versions, key=lambda r: r != "reward"):
+            info = versions[role]
+            judges = trusted_judges(metrics, reward_trusted) if role == "policy" else ()
+            decision = promote(
+                uri, info["name"], info["version"], metrics, config.promotion, role, judges, tags
+            )
+            reward_trusted = reward_trusted or (role == "reward" and decision.promoted)
             decisions[role] = {
                 "name": info["name"],
                 "version": info["version"],
                 "promoted": decision.promoted,
                 "reason": decision.reason,
                 "failed": [r.name for r in decision.failed],
+                "judges": list(decision.judges),
+                "gates": [
+                    {"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results
+                ],
             }
         return {"decisions": decisions}
 

@@ -34,3 +34,5 @@ class EvaluateInputs(StageInputs):
     reference_dir: str
     reward_dir: str
     champion_dir: str | None = None
+    champion_reward_dir: str | None = None
+    golden_path: str | None = None

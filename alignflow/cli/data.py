@@ -73,16 +73,17 @@ def demo(
     seed: int = typer.Option(0, help="generator seed"),
 ) -> None:
     """Write the built-in demo data set (pairs, scored feedback, prompts, held-out eval)."""
-    from alignflow.data.config import DataConfig
+    from alignflow.config import load_config
     from alignflow.data.demo import write_demo_dataset
 
-    config = DataConfig()
+    config = load_config(None).data  # the embedded default's demo data
     paths = write_demo_dataset(
         out_dir,
         n_pairs=rows or config.demo_rows,
         n_scored=config.demo_scored_rows,
         seed=seed,
         eval_fraction=config.eval_fraction,
+        phrasings=config.demo_phrasings,
     )
     for name, path in paths.items():
         console.print(f"{name:>8}: {path}")

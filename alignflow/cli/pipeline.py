@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -50,15 +51,28 @@ def render_summary(summary: dict[str, Any]) -> None:
             stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["name"], stage["metrics"])
         )
     console.print(table)
-    console.print(f"data version (DVC md5): [bold]{summary['data_version']}[/]")
+    console.print(f"data version (DVC md5): [bold]{summary['data_version'] or 'none (not versioned)'}[/]")
+    if summary.get("golden"):
+        golden = summary["golden"]
+        console.print(
+            f"pinned evaluation set: [bold]{golden['version']}[/] ({golden['prompts']} prompts, "
+            f"{golden['answers']} with answers, {golden['pairs']} pairs; {golden['source']})"
+        )
     if summary.get("nothing_to_do"):
         console.print(f"[bold]Nothing to do:[/] {summary['nothing_to_do']}")
+    if summary.get("stopped"):
+        console.print(f"[bold red]Stopped before training:[/] {summary['stopped']['message']}")
     for decision in summary.get("promotions", {}).values():
         verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
-        console.print(f"{decision['name']} v{decision['version']}: {verdict} — {decision['reason']}")
+        console.print(f"{decision['name']} v{decision['version']}: {verdict}")
+        if decision.get("judges"):
+            console.print(f"  judges that counted: {', '.join(decision['judges'])}")
+        for gate in decision.get("gates", []):
+            mark = "[green]pass[/]" if gate["outcome"] == "passed" else f"[red]{gate['outcome']}[/]"
+            console.print(f"  {mark} {escape(gate['describe'])}")
     hits = sum(1 for s in summary["stages"] if s["cached"])
-    if summary.get("nothing_to_do"):
-        console.print(f"wall {summary['wall_seconds']:.1f}s, no stage ran, cache hits {hits}")
+    if summary.get("nothing_to_do") or summary.get("stopped"):
+        console.print(f"wall {summary['wall_seconds']:.1f}s, no training stage ran, cache hits {hits}")
     else:
         console.print(
             f"wall {summary['wall_seconds']:.1f}s, stage compute {summary['compute_seconds']:.1f}s, "
@@ -114,6 +128,8 @@ def register(app: typer.Typer) -> None:
         render_summary(summary)
         if summary_json:
             summary_json.write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+        if summary.get("stopped"):
+            raise typer.Exit(1)
 
     @app.command()
     def serve(

@@ -24,3 +24,14 @@ class DataConfig(BaseModel):
     tokenizer: str | None = Field(None, description="tokenizer path for the max_tokens check")
     max_label_fraction: float = Field(0.9, gt=0.5, le=1.0, description="warn when one KTO label dominates")
     demo_scored_rows: int = 500
+    label_check_max_gap: float | None = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="stop when the champion reward model's agreement with the new labels (upper bound) "
+        "is more than this below its pinned-set accuracy; None = no check",
+    )
+    label_check_pairs: int = Field(500, ge=1, description="new pairs the label check scores")
+    demo_phrasings: int = Field(
+        1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
+    )

@@ -13,6 +13,11 @@ chosen responses
 therefore imitates that noise and plateaus below full task accuracy, while preference
 training sees the ordering and can exceed it — the gap the pipeline's gates measure.
 Task accuracy counts a completion as right only when it is correct *and* formatted.
+
+Each problem can be asked in several phrasings (``PHRASINGS``). The snapshot's split holds
+out whole prompts, so with six phrasings the demo's pinned evaluation set has over a hundred
+prompts with answers that training never saw verbatim, enough for the promotion gates'
+intervals to tell a good policy from a lucky one.
 """
 
 from __future__ import annotations
@@ -32,8 +37,18 @@ _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 _PAIR_WEIGHTS = (1, 1, 3)
 
 
-def make_prompt(a: int, b: int) -> str:
-    return f"What is {a} plus {b}?"
+PHRASINGS = (
+    "What is {a} plus {b}?",
+    "Add {a} and {b}.",
+    "What is the sum of {a} and {b}?",
+    "Compute {a} + {b}.",
+    "How much is {a} plus {b}?",
+    "{a} + {b} = ?",
+)
+
+
+def make_prompt(a: int, b: int, phrasing: int = 0) -> str:
+    return PHRASINGS[phrasing].format(a=a, b=b)
 
 
 def format_answer(answer: int) -> str:
@@ -75,16 +90,17 @@ def response(tier: str, answer: int, rng: random.Random) -> str:
     return f"I think {wrong}"
 
 
-def _problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
+def _problem(rng: random.Random, max_operand: int, phrasings: int = 1) -> tuple[str, int]:
     a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-    return make_prompt(a, b), a + b
+    phrasing = rng.randrange(phrasings) if phrasings > 1 else 0
+    return make_prompt(a, b, phrasing), a + b
 
 
-def iter_demo_pairs(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dict]:
+def iter_demo_pairs(n: int, seed: int = 0, max_operand: int = 9, phrasings: int = 1) -> Iterator[dict]:
     """``n`` pairwise records (chosen is the better tier, not always the best one)."""
     rng = random.Random(seed)
     for i in range(n):
-        prompt, answer = _problem(rng, max_operand)
+        prompt, answer = _problem(rng, max_operand, phrasings)
         better, worse = rng.choices(_PAIR_TIERS, weights=_PAIR_WEIGHTS)[0]
         yield {
             "id": f"demo-pair-{seed}-{i}",
@@ -96,11 +112,11 @@ def iter_demo_pairs(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dic
         }
 
 
-def iter_demo_scored(n: int, seed: int = 0, max_operand: int = 9) -> Iterator[dict]:
+def iter_demo_scored(n: int, seed: int = 0, max_operand: int = 9, phrasings: int = 1) -> Iterator[dict]:
     """``n`` scored-feedback records: one response and its score in [0, 1]."""
     rng = random.Random(seed)
     for i in range(n):
-        prompt, answer = _problem(rng, max_operand)
+        prompt, answer = _problem(rng, max_operand, phrasings)
         tier = rng.choice(list(TIER_SCORES))
         yield {
             "id": f"demo-scored-{seed}-{i}",
@@ -146,15 +162,26 @@ def _unique(records: Iterator[dict], n: int, fields: tuple[str, ...]) -> list[di
     return kept
 
 
-def iter_all_prompts(max_operand: int = 9) -> Iterator[dict]:
-    """Every problem of the task once, with its reference answer (prompt-only rows)."""
-    for a in range(max_operand + 1):
-        for b in range(max_operand + 1):
-            yield {"id": f"demo-prompt-{a}-{b}", "prompt": make_prompt(a, b), "metadata": {"answer": a + b}}
+def iter_all_prompts(max_operand: int = 9, phrasings: int = 1) -> Iterator[dict]:
+    """Every problem of the task once per phrasing, with its reference answer (prompt-only rows)."""
+    for k in range(phrasings):
+        for a in range(max_operand + 1):
+            for b in range(max_operand + 1):
+                suffix = f"-{k}" if k else ""
+                yield {
+                    "id": f"demo-prompt-{a}-{b}{suffix}",
+                    "prompt": make_prompt(a, b, k),
+                    "metadata": {"answer": a + b},
+                }
 
 
 def write_demo_dataset(
-    out_dir: str | Path, n_pairs: int = 2000, n_scored: int = 500, seed: int = 0, eval_fraction: float = 0.1
+    out_dir: str | Path,
+    n_pairs: int = 2000,
+    n_scored: int = 500,
+    seed: int = 0,
+    eval_fraction: float = 0.1,
+    phrasings: int = 1,
 ) -> dict[str, Path]:
     """Write the demo data set: deterministic, built in, no downloads.
 
@@ -162,16 +189,22 @@ def write_demo_dataset(
     problem (reference answer in metadata); it is what ``data add`` versions, and the
     prompt-hash split of the snapshot holds out whole problems for evaluation. The same
     rows are also written per shape, plus ``eval.jsonl``: the held-out problems with answers.
-    The space of distinct pairs is small (single-digit sums), so at most about 2,500 exist.
+    The space of distinct pairs is small (single-digit sums): about 2,500 per phrasing.
     """
     from alignflow.data.split import assign_split
 
     out = Path(out_dir)
-    pairs = _unique(iter_demo_pairs(n_pairs * 20, seed=seed), n_pairs, ("prompt", "chosen", "rejected"))
-    scored = _unique(
-        iter_demo_scored(n_scored * 20, seed=seed + 1), n_scored, ("prompt", "response", "score")
+    pairs = _unique(
+        iter_demo_pairs(n_pairs * 20, seed=seed, phrasings=phrasings),
+        n_pairs,
+        ("prompt", "chosen", "rejected"),
     )
-    prompts = list(iter_all_prompts())
+    scored = _unique(
+        iter_demo_scored(n_scored * 20, seed=seed + 1, phrasings=phrasings),
+        n_scored,
+        ("prompt", "response", "score"),
+    )
+    prompts = list(iter_all_prompts(phrasings=phrasings))
     held_out = [p for p in prompts if assign_split(p["prompt"], eval_fraction, seed) == "eval"]
     return {
         "demo": _write_jsonl(out / "demo.jsonl", iter([*pairs, *scored, *prompts])),

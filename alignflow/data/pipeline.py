@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -135,11 +136,14 @@ def add_dataset(
     fmt: str | None = None,
     push: bool = True,
     reuse: bool = True,
+    check_labels: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> DatasetVersion:
     """Validate the input and, when it passes, write, track and push a new data version.
 
     With ``reuse`` (the default) an input already turned into the tracked snapshot is not
     validated again: the existing version comes back with ``reused=True``.
+    ``check_labels`` sees the validated records before anything is written and may raise
+    to stop (the poisoned-data check: :mod:`alignflow.data.label_check`).
     """
     config = config or DataConfig()
     repo_dir = Path(repo_dir).resolve()
@@ -152,6 +156,8 @@ def add_dataset(
             validated.report, repo_dir / ".alignflow" / "reports" / "failed-report.json"
         )
         raise DataValidationFailed(summarize(validated, report_path))
+    if check_labels is not None:
+        check_labels([entry.record for entry in validated.kept])
     versioning.ensure_repo(repo_dir, config.remote)
     data_dir = repo_dir / config.data_dir
     manifest = write_snapshot(validated, config, data_dir, repo_dir)

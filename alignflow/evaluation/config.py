@@ -7,6 +7,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class LLMJudgeConfig(BaseModel):
+    """An OpenAI-compatible chat-completions server used as a pairwise judge (vLLM, Ollama, OpenAI)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(..., description="e.g. http://127.0.0.1:8000/v1")
+    model: str
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key, if any")
+    timeout: float = Field(30.0, gt=0.0)
+
+
 class EvaluationConfig(BaseModel):
     """How policies and reward models are evaluated on the held-out split."""
 
@@ -28,3 +39,8 @@ class EvaluationConfig(BaseModel):
     tie_margin: float = Field(0.0, ge=0.0, description="reward gap under which the reward judge calls a tie")
     num_samples: int = Field(20, ge=0, description="rows in the sample-completions table")
     seed: int = 0
+    golden: str | None = Field(
+        None, description="pinned evaluation file; None = freeze the first data version's eval split"
+    )
+    golden_dir: str = Field("golden", description="where the frozen pinned set lives (DVC-tracked)")
+    llm_judge: LLMJudgeConfig | None = Field(None, description="an LLM judge on the pinned set")

@@ -203,6 +203,58 @@ def evaluate_policy(
     return report
 
 
+def independent_judges(
+    config: EvaluationConfig, scorer: Scorer | None, champion_scorer: Scorer | None
+) -> dict[str, Judge]:
+    """The preference judges of the pinned set; promotion decides which of them count.
+
+    ``reward`` (the run's own reward model) counts only once it has passed its gates;
+    ``champion_reward`` and ``llm`` come from outside the run.
+    """
+    judges: dict[str, Judge] = {}
+    if champion_scorer is not None:
+        judges["champion_reward"] = RewardModelJudge(champion_scorer, config.tie_margin)
+    if scorer is not None:
+        judges["reward"] = RewardModelJudge(scorer, config.tie_margin)
+    if config.llm_judge is not None:
+        from alignflow.evaluation.llm_judge import OpenAIJudge
+
+        llm = config.llm_judge
+        judges["llm"] = OpenAIJudge(
+            base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env, timeout=llm.timeout
+        )
+    return judges
+
+
+def evaluate_on_golden(
+    golden_records: Sequence[Mapping[str, Any]],
+    policy: tuple[Any, Any] | None,
+    reference: Any | None,
+    scorer: Scorer | None,
+    champion: tuple[Any, Any] | None = None,
+    champion_scorer: Scorer | None = None,
+    config: EvaluationConfig | None = None,
+) -> EvalReport:
+    """Reward model and policy judged on the pinned set, with intervals (see ``challenger``)."""
+    from alignflow.evaluation.challenger import judge_on_golden, judge_reward_model
+
+    config = config or EvaluationConfig()
+    report = EvalReport()
+    pairs = held_out_pairs(golden_records, config.max_pairs)
+    if scorer is not None and pairs:
+        report = report.merge(judge_reward_model(pairs, _raw(scorer), champion_scorer, config.seed))
+    if policy is not None:
+        judges = independent_judges(config, scorer, champion_scorer)
+
+        def complete(model: Any, tokenizer: Any, prompts: list[Any]) -> list[str]:
+            return _generate(model, tokenizer, prompts, config)
+
+        report = report.merge(
+            judge_on_golden(golden_records, complete, policy, reference, champion, judges, config)
+        )
+    return report
+
+
 def evaluate_paths(
     snapshot_dir: str | Path,
     policy_dir: str | Path | None,
@@ -210,25 +262,35 @@ def evaluate_paths(
     reward_dir: str | Path | None,
     champion_dir: str | Path | None = None,
     config: EvaluationConfig | None = None,
+    golden_path: str | Path | None = None,
+    champion_reward_dir: str | Path | None = None,
 ) -> EvalReport:
-    """The pipeline's evaluation in one call: models by path, data from the snapshot's eval split."""
+    """The pipeline's evaluation in one call: models by path; the snapshot's eval split and,
+    when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``)."""
     from alignflow.data.snapshot import load_split
+    from alignflow.evaluation.golden import load_golden_records
     from alignflow.models import load_causal_lm
     from alignflow.models.reward_scorer import load_reward_scorer
 
     config = config or EvaluationConfig()
     records = load_split(snapshot_dir, "eval")
     scorer = load_reward_scorer(reward_dir) if reward_dir is not None else None
+    champion_scorer = load_reward_scorer(champion_reward_dir) if champion_reward_dir is not None else None
     report = EvalReport(info={"snapshot": str(snapshot_dir)})
     if scorer is not None:
         report = report.merge(evaluate_reward_model(scorer, records, config))
+    policy = reference = champion = None
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
-        policy, tokenizer = load_causal_lm(policy_dir)
+        policy = load_causal_lm(policy_dir)
         reference, _ = load_causal_lm(reference_dir)
         champion = load_causal_lm(champion_dir) if champion_dir is not None else None
+        report = report.merge(evaluate_policy(*policy, reference, records, scorer, champion, config))
+    if golden_path is not None:
+        golden_records = load_golden_records(golden_path)
+        report.samples = []  # the pinned set's samples carry the judges' verdicts: show those
         report = report.merge(
-            evaluate_policy(policy, tokenizer, reference, records, scorer, champion, config)
+            evaluate_on_golden(golden_records, policy, reference, scorer, champion, champion_scorer, config)
         )
     return report

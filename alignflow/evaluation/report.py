@@ -40,10 +40,33 @@ def _cell(value: Any) -> str:
     return text.replace("|", "\\|").replace("\n", "⏎")
 
 
+def _side_by_side(metrics: dict[str, float | None]) -> list[str]:
+    """Pinned-set figures (with their intervals) beside the same figure on this run's eval split."""
+    names = sorted(
+        k.removeprefix("golden/")
+        for k in metrics
+        if k.startswith("golden/") and not k.endswith(("/low", "/high", "/n"))
+    )
+    if not names:
+        return []
+    lines = ["## Pinned set vs this data version's eval split", ""]
+    lines += ["| metric | pinned set | 95% interval | n | eval split |", "|---|---|---|---|---|"]
+    for name in names:
+        low, high, n = (metrics.get(f"golden/{name}/{s}") for s in ("low", "high", "n"))
+        interval = f"[{_cell(low)}, {_cell(high)}]" if low is not None else ""
+        count = str(int(n)) if n is not None else ""
+        lines.append(
+            f"| `{name}` | {_cell(metrics[f'golden/{name}'])} | {interval} | {count} | "
+            f"{_cell(metrics.get(f'eval/{name}'))} |"
+        )
+    return [*lines, ""]
+
+
 def to_markdown(report: EvalReport, title: str = "Evaluation report") -> str:
     lines = [f"# {title}", ""]
     if report.info:
         lines += [*(f"- **{k}**: {_cell(v)}" for k, v in sorted(report.info.items())), ""]
+    lines += _side_by_side(report.metrics)
     lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
     lines += [f"| `{k}` | {_cell(v)} |" for k, v in sorted(report.metrics.items())]
     if report.samples:

@@ -39,7 +39,11 @@ CHAT_TEMPLATE = (
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``texts`` and wrap it for transformers."""
     core = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # one token per digit (as Llama's tokenizers do): a merged "7." or " 15" would hide the
+    # digits a small model must add, and each phrasing would spell the same number differently
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     core.decoder = decoders.ByteLevel()
     core.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(

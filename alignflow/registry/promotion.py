@@ -1,10 +1,14 @@
 """Gated promotion: ``champion`` moves only when every configured gate passes.
 
-Each gate compares one evaluation metric with a threshold from :class:`PromotionConfig`;
-a gate set to ``None`` is off. A gate whose metric is missing fails (an unmeasured model
-is not promoted by accident). The outcome is written onto the model version as tags, so
-the registry itself explains why a version was or was not promoted, and the champion
-history lives in the ``champion.previous`` tag chain that :func:`rollback` walks back.
+Gates read the pinned-set evaluation (:mod:`alignflow.evaluation.challenger`): each
+rate, accuracy or difference is judged on the bound of its 95% interval, a gate with
+fewer judged rows than ``min_judged_rows`` fails as ``insufficient_evidence``, and a
+gate whose metric is missing fails (an unmeasured model is not promoted by accident).
+Preference judges count only when they are independent of the challenger's run: the
+champion reward model, a plugged-in LLM judge, and the run's own reward model only once
+it has passed its own gates. The outcome is written onto the model version as tags, so
+the registry itself explains why a version was or was not promoted; the champion history
+lives in the ``champion.previous`` tag chain that :func:`rollback` walks back.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -21,25 +25,40 @@ from mlflow import MlflowClient
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.promotion_config import PromotionConfig
 
-# metric keys shared with alignflow.evaluation (the eval report's flat metrics)
-WIN_RATE_VS_CHAMPION = "eval/win_rate_vs_champion"
-WIN_RATE_VS_REFERENCE = "eval/win_rate_vs_reference"
+# metric keys shared with alignflow.evaluation (pinned-set figures carry /low, /high and /n)
+TASK_ACCURACY_GAIN = "golden/task_accuracy_gain"
+TASK_ACCURACY_VS_CHAMPION = "golden/task_accuracy_vs_champion"
+LENGTH_GROWTH_RATIO = "golden/length_growth_ratio"
+LENGTH_GROWTH_VS_CHAMPION = "golden/length_growth_vs_champion"
+REWARD_ACCURACY = "golden/reward_accuracy"
+REWARD_ACCURACY_VS_CHAMPION = "golden/reward_accuracy_vs_champion"
+ANSWERS = "golden/answers"
 KL_TO_REFERENCE = "eval/kl_to_reference"
-LENGTH_GROWTH_RATIO = "eval/length_growth_ratio"
-TASK_ACCURACY_GAIN = "eval/task_accuracy_gain"
-REWARD_ACCURACY = "eval/reward_accuracy"
 CALIBRATION_ERROR = "eval/reward_ece"
+INDEPENDENT_JUDGES = "promotion/independent_judges"
+
+# preference judges; "reward" is the challenger's own reward model and must earn its place
+OWN_REWARD_JUDGE = "reward"
+OUTSIDE_JUDGES = ("champion_reward", "llm")
 
 DECISION_TAG = "promotion.decision"
 FAILED_GATES_TAG = "promotion.failed_gates"
 GATES_TAG = "promotion.gates"
+GATE_TAG_PREFIX = "promotion.gate."
+JUDGES_TAG = "promotion.judges"
 REASON_TAG = "promotion.reason"
 PREVIOUS_CHAMPION_TAG = "champion.previous"
 PROMOTED_AT_TAG = "champion.promoted_at"
-METRIC_TAG_PREFIX = "eval."
+METRIC_TAG_PREFIX = "metric."
+INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 
 Op = Literal[">=", "<=", ">"]
+Bound = Literal["low", "high", "value"]
 Role = Literal["policy", "reward"]
+
+
+def win_rate_metric(judge: str, against: str) -> str:
+    return f"golden/{judge}/win_rate_vs_{against}"
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,7 @@ class Gate:
     metric: str
     op: Op
     threshold: float
+    bound: Bound = "value"  # which number decides: the interval's low or high end, or the value
 
 
 @dataclass(frozen=True)
@@ -56,12 +76,31 @@ class GateResult:
     metric: str
     op: Op
     threshold: float
+    bound: Bound
     value: float | None
+    low: float | None
+    high: float | None
+    n: int | None
     passed: bool
+    outcome: str  # passed, failed, missing or insufficient_evidence
+
+    @property
+    def decisive(self) -> float | None:
+        return {"low": self.low, "high": self.high, "value": self.value}[self.bound]
+
+    def interval(self) -> str:
+        if self.low is None or self.high is None:
+            return ""
+        return f"[{self.low:.3g}, {self.high:.3g}]"
 
     def describe(self) -> str:
-        shown = "missing" if self.value is None else f"{self.value:.4g}"
-        return f"{self.name}: {shown} (needs {self.op} {self.threshold:g})"
+        if self.outcome == "missing":
+            return f"{self.name}: missing (needs {self.op} {self.threshold:g})"
+        shown = f"{self.value:.4g} {self.interval()}".strip() + (f" n={self.n}" if self.n is not None else "")
+        if self.outcome == INSUFFICIENT_EVIDENCE:
+            return f"{self.name}: {INSUFFICIENT_EVIDENCE} ({shown})"
+        which = {"low": "lower bound", "high": "upper bound", "value": "value"}[self.bound]
+        return f"{self.name}: {shown}, {which} needs {self.op} {self.threshold:g}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +110,7 @@ class PromotionDecision:
     promoted: bool
     results: tuple[GateResult, ...]
     previous_champion: str | None
+    judges: tuple[str, ...] = ()
 
     @property
     def failed(self) -> list[GateResult]:
@@ -83,35 +123,103 @@ class PromotionDecision:
         return "; ".join(r.describe() for r in self.failed)
 
 
-def gates_for(config: PromotionConfig, role: Role, has_champion: bool) -> list[Gate]:
-    """The gates that apply to a ``role`` model; champion-relative gates need a champion.
+def trusted_judges(metrics: Mapping[str, float], own_reward_trusted: bool) -> list[str]:
+    """Preference judges whose verdicts on the pinned set may decide a policy's promotion."""
+    present = {k.split("/")[1] for k in metrics if k.startswith("golden/") and "/win_rate_vs_" in k}
+    allowed = [*OUTSIDE_JUDGES, *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
+    return [j for j in allowed if j in present]
 
-    Without a champion a policy must instead beat the reference (win rate strictly above
-    ``min_win_rate_vs_reference``) — that is what makes the first model champion.
-    """
-    candidates: list[tuple[str, str, Op, float | None]]
-    if role == "policy":
-        candidates = [
-            ("kl", KL_TO_REFERENCE, "<=", config.max_kl),
-            ("length_growth", LENGTH_GROWTH_RATIO, "<=", config.max_length_growth),
-            ("task_accuracy_gain", TASK_ACCURACY_GAIN, ">=", config.min_task_accuracy_gain),
-        ]
+
+def _policy_gates(
+    config: PromotionConfig, has_champion: bool, judges: Sequence[str], has_answers: bool
+) -> list[tuple[str, str, Op, float | None, Bound]]:
+    gates: list[tuple[str, str, Op, float | None, Bound]] = [
+        ("independent_judge", INDEPENDENT_JUDGES, ">=", 1.0, "value"),
+    ]
+    if has_answers:
+        gates.append(("task_accuracy_gain", TASK_ACCURACY_GAIN, ">", config.min_task_accuracy_gain, "low"))
+        if has_champion and config.max_task_accuracy_regression is not None:
+            gates.append(
+                (
+                    "task_accuracy_vs_champion",
+                    TASK_ACCURACY_VS_CHAMPION,
+                    ">=",
+                    -config.max_task_accuracy_regression,
+                    "low",
+                )
+            )
+    for judge in judges:
         if has_champion:
-            candidates.insert(
-                0, ("win_rate_vs_champion", WIN_RATE_VS_CHAMPION, ">=", config.min_win_rate_vs_champion)
+            gates.append(
+                (
+                    f"{judge}_win_rate_vs_champion",
+                    win_rate_metric(judge, "champion"),
+                    ">=",
+                    config.min_win_rate_vs_champion,
+                    "low",
+                )
             )
         else:
-            candidates.insert(
-                0, ("beats_reference", WIN_RATE_VS_REFERENCE, ">", config.min_win_rate_vs_reference)
+            gates.append(
+                (
+                    f"{judge}_beats_reference",
+                    win_rate_metric(judge, "reference"),
+                    ">",
+                    config.min_win_rate_vs_reference,
+                    "low",
+                )
             )
+    gates.append(("length_growth", LENGTH_GROWTH_RATIO, "<=", config.max_length_growth, "high"))
+    if has_champion:
+        gates.append(
+            (
+                "length_growth_vs_champion",
+                LENGTH_GROWTH_VS_CHAMPION,
+                "<=",
+                config.max_length_growth_vs_champion,
+                "high",
+            )
+        )
+    gates.append(("kl", KL_TO_REFERENCE, "<=", config.max_kl, "value"))
+    return gates
+
+
+def gates_for(
+    config: PromotionConfig,
+    role: Role,
+    has_champion: bool,
+    judges: Sequence[str] = (),
+    has_answers: bool = True,
+) -> list[Gate]:
+    """The gates that apply to a ``role`` model.
+
+    A policy needs at least one independent judge (verifiable answers or a trusted
+    preference judge). With answers it must beat its reference's task accuracy and, once a
+    champion exists, not fall clearly below the champion's. Each trusted preference judge
+    must find it not clearly worse than the champion (or, for the first champion, better
+    than the reference). A reward model must rank the pinned pairs well and, once a
+    champion reward model exists, not clearly worse than it.
+    """
+    if role == "policy":
+        candidates = _policy_gates(config, has_champion, judges, has_answers)
     elif role == "reward":
-        candidates = [
-            ("reward_accuracy", REWARD_ACCURACY, ">=", config.min_reward_accuracy),
-            ("reward_ece", CALIBRATION_ERROR, "<=", config.max_reward_ece),
-        ]
+        candidates = [("reward_accuracy", REWARD_ACCURACY, ">=", config.min_reward_accuracy, "low")]
+        if has_champion and config.max_reward_accuracy_regression is not None:
+            candidates.append(
+                (
+                    "reward_accuracy_vs_champion",
+                    REWARD_ACCURACY_VS_CHAMPION,
+                    ">=",
+                    -config.max_reward_accuracy_regression,
+                    "low",
+                )
+            )
+        candidates.append(("reward_ece", CALIBRATION_ERROR, "<=", config.max_reward_ece, "value"))
     else:
         raise ValueError(f"role must be 'policy' or 'reward', got {role!r}")
-    return [Gate(name, metric, op, float(t)) for name, metric, op, t in candidates if t is not None]
+    return [
+        Gate(name, metric, op, float(t), bound) for name, metric, op, t, bound in candidates if t is not None
+    ]
 
 
 def _passes(value: float | None, op: Op, threshold: float) -> bool:
@@ -124,42 +232,86 @@ def _passes(value: float | None, op: Op, threshold: float) -> bool:
     return value > threshold
 
 
-def check_gates(metrics: Mapping[str, float], gates: list[Gate]) -> list[GateResult]:
-    """Judge ``metrics`` against each gate; a missing metric fails its gate."""
+def _number(metrics: Mapping[str, float], key: str) -> float | None:
+    raw = metrics.get(key)
+    return None if raw is None else float(raw)
+
+
+def check_gates(metrics: Mapping[str, float], gates: list[Gate], min_rows: int = 1) -> list[GateResult]:
+    """Judge ``metrics`` against each gate on its decisive bound.
+
+    A missing metric (or a missing bound) fails its gate; an interval built on fewer than
+    ``min_rows`` judged rows fails as ``insufficient_evidence``, whatever it says.
+    """
     results = []
     for gate in gates:
-        raw = metrics.get(gate.metric)
-        value = None if raw is None else float(raw)
+        value = _number(metrics, gate.metric)
+        low, high = _number(metrics, f"{gate.metric}/low"), _number(metrics, f"{gate.metric}/high")
+        n_raw = _number(metrics, f"{gate.metric}/n")
+        n = None if n_raw is None else int(n_raw)
+        decisive = {"low": low, "high": high, "value": value}[gate.bound]
+        if value is None or decisive is None:
+            outcome, passed = "missing", False
+        elif gate.bound != "value" and (n is None or n < min_rows):
+            outcome, passed = INSUFFICIENT_EVIDENCE, False
+        else:
+            passed = _passes(decisive, gate.op, gate.threshold)
+            outcome = "passed" if passed else "failed"
         results.append(
             GateResult(
                 gate.name,
                 gate.metric,
                 gate.op,
                 gate.threshold,
+                gate.bound,
                 value,
-                _passes(value, gate.op, gate.threshold),
+                low,
+                high,
+                n,
+                passed,
+                outcome,
             )
         )
     return results
 
 
+def decide(
+    name: str,
+    version: str,
+    metrics: Mapping[str, float],
+    config: PromotionConfig,
+    role: Role,
+    champion: str | None,
+    judges: Sequence[str] = (),
+) -> PromotionDecision:
+    """The decision alone (nothing is written): what ``promote`` and ``promote --dry-run`` show."""
+    has_champion = champion is not None and champion != str(version)
+    has_answers = (_number(metrics, ANSWERS) or 0) > 0
+    judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
+    results = check_gates(
+        judged, gates_for(config, role, has_champion, judges, has_answers), config.min_judged_rows
+    )
+    promoted = all(r.passed for r in results)
+    return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges))
+
+
 def record_metrics(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> None:
-    """Keep the evaluation metrics on the version (``eval.<key>`` tags) for later re-judging."""
+    """Keep the evaluation metrics on the version (``metric.<key>`` tags) for later re-judging."""
     client = MlflowClient(tracking_uri)
     for key, value in metrics.items():
-        tag = METRIC_TAG_PREFIX + key.removeprefix("eval/").replace("/", ".")
-        client.set_model_version_tag(name, version, tag, repr(float(value)))
+        client.set_model_version_tag(
+            name, version, METRIC_TAG_PREFIX + key.replace("/", "."), repr(float(value))
+        )
 
 
 def recorded_metrics(tracking_uri: str, name: str, version: str) -> dict[str, float]:
     """The metrics stored by :func:`record_metrics`, keyed as the eval report keys them."""
     tags = MlflowClient(tracking_uri).get_model_version(name, version).tags
-    metrics = {}
-    for tag, value in tags.items():
-        if tag.startswith(METRIC_TAG_PREFIX):
-            key = "eval/" + tag.removeprefix(METRIC_TAG_PREFIX).replace(".", "/")
-            metrics[key] = float(value)
-    return metrics
+    return {
+        tag.removeprefix(METRIC_TAG_PREFIX).replace(".", "/"): float(value)
+        for tag, value in tags.items()
+        if tag.startswith(METRIC_TAG_PREFIX)
+    }
 
 
 def _results_json(results: list[GateResult]) -> str:
@@ -193,6 +345,17 @@ def set_champion(tracking_uri: str, name: str, version: str, reason: str) -> str
     return previous
 
 
+def decision_tags(decision: PromotionDecision) -> dict[str, str]:
+    """What the registry keeps of a decision: every gate with its interval and n, the judges."""
+    tags = {
+        GATES_TAG: _results_json(list(decision.results))[:5000],
+        JUDGES_TAG: ",".join(decision.judges) or "none",
+    }
+    for r in decision.results:
+        tags[GATE_TAG_PREFIX + r.name] = f"{r.outcome}: {r.describe()}"[:5000]
+    return tags
+
+
 def promote(
     tracking_uri: str,
     name: str,
@@ -200,27 +363,30 @@ def promote(
     metrics: Mapping[str, float],
     config: PromotionConfig,
     role: Role,
+    judges: Sequence[str] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> PromotionDecision:
     """Judge ``version`` by its metrics; move ``champion`` only if every gate passes.
 
-    Either way the version is tagged with the decision and each gate's value; a
+    Either way the version is tagged with the decision, each gate's value, interval and
+    judged rows, the judges that counted and ``tags`` (the pinned set's version); a
     rejected version also gets ``promotion.failed_gates`` naming the gates it failed.
     """
     client = MlflowClient(tracking_uri)
     version = str(version)
-    champion = version_by_alias(tracking_uri, name, CHAMPION)
-    has_champion = champion is not None and str(champion.version) != version
-    results = check_gates(metrics, gates_for(config, role, has_champion))
+    current = version_by_alias(tracking_uri, name, CHAMPION)
+    champion = str(current.version) if current is not None else None
+    decision = decide(name, version, metrics, config, role, champion, judges)
     record_metrics(tracking_uri, name, version, metrics)
-    _set_tags(client, name, version, {GATES_TAG: _results_json(results)[:5000]})
-    promoted = all(r.passed for r in results)
-    decision = PromotionDecision(
-        name, version, promoted, tuple(results), str(champion.version) if champion else None
-    )
-    if promoted:
+    _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision)})
+    if decision.promoted:
         set_champion(tracking_uri, name, version, decision.reason)
     else:
-        failed = {r.name: {"value": r.value, "op": r.op, "threshold": r.threshold} for r in decision.failed}
+        failed = {
+            r.name: {"outcome": r.outcome, "value": r.value, "low": r.low, "high": r.high, "n": r.n,
+                     "bound": r.bound, "op": r.op, "threshold": r.threshold}
+            for r in decision.failed
+        }  # fmt: skip
         _set_tags(
             client,
             name,

@@ -1,6 +1,9 @@
 """The ``promotion`` section of the pipeline config: one threshold per gate.
 
 Apart from ``promotion.py`` so that loading a config does not import MLflow.
+Every rate, accuracy and difference gate is judged on the bound of its 95% interval
+on the pinned set (lower bound for a minimum, upper bound for a maximum), never on
+the point estimate; ``None`` switches a gate off.
 """
 
 from __future__ import annotations
@@ -9,16 +12,38 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class PromotionConfig(BaseModel):
-    """Thresholds of the promotion gates; ``None`` switches a gate off."""
+    """Thresholds of the promotion gates."""
 
     model_config = ConfigDict(extra="forbid")
 
-    min_win_rate_vs_champion: float | None = Field(0.55, ge=0.0, le=1.0)
+    min_judged_rows: int = Field(
+        30, ge=1, description="fewer judged rows fail a gate with reason insufficient_evidence"
+    )
+    min_task_accuracy_gain: float | None = Field(
+        0.0, description="task accuracy minus the reference's: the lower bound must be above this"
+    )
+    max_task_accuracy_regression: float | None = Field(
+        0.05,
+        ge=0.0,
+        description="champion's task accuracy minus the challenger's: lower bound of the gain >= -this",
+    )
+    min_win_rate_vs_champion: float | None = Field(
+        0.4, ge=0.0, le=1.0, description="per trusted judge, lower bound (ties count half): not clearly worse"
+    )
     min_win_rate_vs_reference: float | None = Field(
-        0.5, ge=0.0, le=1.0, description="the first policy must win strictly more often than this"
+        0.5, ge=0.0, le=1.0, description="first policy, per trusted judge: lower bound must be above this"
     )
     max_kl: float | None = Field(None, ge=0.0, description="KL(policy || reference) budget in nats")
-    max_length_growth: float | None = Field(2.0, gt=0.0, description="mean length / reference mean length")
-    min_task_accuracy_gain: float | None = Field(None, description="task accuracy minus the reference's")
-    min_reward_accuracy: float | None = Field(0.6, ge=0.0, le=1.0)
+    max_length_growth: float | None = Field(
+        2.0, gt=0.0, description="mean length / reference's (upper bound)"
+    )
+    max_length_growth_vs_champion: float | None = Field(
+        1.5, gt=0.0, description="mean length / champion's (upper bound): catches padded answers"
+    )
+    min_reward_accuracy: float | None = Field(0.6, ge=0.0, le=1.0, description="pinned pairs, lower bound")
+    max_reward_accuracy_regression: float | None = Field(
+        0.05,
+        ge=0.0,
+        description="vs the champion reward model on pinned pairs: lower bound of the gain >= -this",
+    )
     max_reward_ece: float | None = Field(None, ge=0.0, le=1.0)

@@ -1,0 +1,1 @@
+"""Configs shipped inside the package: the embedded default (the demo)."""

@@ -1,0 +1,192 @@
+"""Judging a challenger on the pinned set, by judges that do not come from its own run.
+
+The challenger policy answers every pinned prompt beside its reference and the current
+champion. The verifiable answer judge scores each completion; every preference judge
+(the champion reward model, the new reward model, a plugged-in LLM judge) compares the
+challenger with the reference and with the champion row by row. Every figure comes with
+its 95% interval and the number of judged rows (:mod:`alignflow.evaluation.intervals`);
+the promotion gates decide which judges count and read the bounds.
+
+Metric keys: ``golden/<name>`` is the point estimate; ``/low``, ``/high`` and ``/n`` beside
+it are the interval and the rows behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from alignflow.data.demo import task_accuracy
+from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.intervals import (
+    Estimate,
+    bootstrap_mean,
+    paired_bootstrap_difference,
+    paired_bootstrap_ratio,
+    wilson_of,
+)
+from alignflow.evaluation.judges import Judge, Scorer
+from alignflow.evaluation.metrics import completion_lengths
+from alignflow.evaluation.report import EvalReport
+from alignflow.models.prompting import completion_text
+
+GOLDEN = "golden"
+BOUND_SUFFIXES = ("low", "high", "n")
+
+
+def golden_key(name: str) -> str:
+    return f"{GOLDEN}/{name}"
+
+
+def put_estimate(metrics: dict[str, float | None], key: str, estimate: Estimate) -> None:
+    """Store an estimate flat: the value under ``key``, its bounds and n beside it."""
+    metrics[key] = estimate.value
+    metrics[f"{key}/low"] = estimate.low
+    metrics[f"{key}/high"] = estimate.high
+    metrics[f"{key}/n"] = float(estimate.n)
+
+
+def estimate_of(metrics: Mapping[str, float | None], key: str) -> Estimate | None:
+    """The estimate stored by :func:`put_estimate`, or None when ``key`` has no interval."""
+    if f"{key}/n" not in metrics:
+        return None
+    n = metrics.get(f"{key}/n")
+    return Estimate(metrics.get(key), metrics.get(f"{key}/low"), metrics.get(f"{key}/high"), int(n or 0), "")
+
+
+def _answer_scores(
+    completions: Sequence[str], answers: Sequence[Any], score: Callable[[str, Any], float]
+) -> list[float | None]:
+    return [None if a is None else score(c, a) for c, a in zip(completions, answers, strict=True)]
+
+
+def judge_policy_completions(
+    prompts: list[Any],
+    answers: list[Any],
+    policy: list[str],
+    reference: list[str],
+    champion: list[str] | None = None,
+    judges: Mapping[str, Judge] | None = None,
+    tokenizer: Any | None = None,
+    score: Callable[[str, Any], float] = task_accuracy,
+    seed: int = 0,
+    num_samples: int = 20,
+) -> EvalReport:
+    """Every pinned-set policy figure with its interval, from completions alone."""
+    metrics: dict[str, float | None] = {}
+    ours = _answer_scores(policy, answers, score)
+    base = _answer_scores(reference, answers, score)
+    metrics[golden_key("answers")] = float(sum(a is not None for a in answers))
+    put_estimate(metrics, golden_key("task_accuracy"), wilson_of(ours))
+    put_estimate(metrics, golden_key("reference_task_accuracy"), wilson_of(base))
+    put_estimate(
+        metrics, golden_key("task_accuracy_gain"), paired_bootstrap_difference(ours, base, seed=seed)
+    )
+    lengths = [float(x) for x in completion_lengths(policy, tokenizer)]
+    put_estimate(
+        metrics,
+        golden_key("length_growth_ratio"),
+        paired_bootstrap_ratio(
+            lengths, [float(x) for x in completion_lengths(reference, tokenizer)], seed=seed
+        ),
+    )
+    verdicts: dict[str, list[float | None]] = {}
+    metadata = [{"answer": a} for a in answers]
+    for name, judge in (judges or {}).items():
+        verdicts[f"{name}_vs_reference"] = judge.compare(prompts, policy, reference, metadata)
+        put_estimate(
+            metrics,
+            golden_key(f"{name}/win_rate_vs_reference"),
+            bootstrap_mean(verdicts[f"{name}_vs_reference"], seed=seed),
+        )
+    if champion is not None:
+        theirs = _answer_scores(champion, answers, score)
+        put_estimate(metrics, golden_key("champion_task_accuracy"), wilson_of(theirs))
+        put_estimate(
+            metrics,
+            golden_key("task_accuracy_vs_champion"),
+            paired_bootstrap_difference(ours, theirs, seed=seed),
+        )
+        champion_lengths = [float(x) for x in completion_lengths(champion, tokenizer)]
+        put_estimate(
+            metrics,
+            golden_key("length_growth_vs_champion"),
+            paired_bootstrap_ratio(lengths, champion_lengths, seed=seed),
+        )
+        for name, judge in (judges or {}).items():
+            verdicts[f"{name}_vs_champion"] = judge.compare(prompts, policy, champion, metadata)
+            put_estimate(
+                metrics,
+                golden_key(f"{name}/win_rate_vs_champion"),
+                bootstrap_mean(verdicts[f"{name}_vs_champion"], seed=seed),
+            )
+    samples = []
+    for i, prompt in enumerate(prompts[:num_samples]):
+        row = {"prompt": prompt if isinstance(prompt, str) else completion_text(prompt)}
+        row |= {"policy": policy[i], "reference": reference[i]}
+        row |= {"champion": champion[i]} if champion is not None else {}
+        row |= {"answer": answers[i]} if answers[i] is not None else {}
+        row |= {f"verdict/{k}": v[i] for k, v in verdicts.items()}
+        samples.append(row)
+    return EvalReport(metrics=metrics, samples=samples, info={"golden_prompts": len(prompts)})
+
+
+def reward_pair_outcomes(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> list[float]:
+    """1.0 where the reward model ranks the labelled chosen response above the rejected one."""
+    prompts = [p["prompt"] for p in pairs]
+    chosen = scorer(prompts, [completion_text(p["chosen"]) for p in pairs])
+    rejected = scorer(prompts, [completion_text(p["rejected"]) for p in pairs])
+    return [1.0 if c > r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
+
+
+def judge_reward_model(
+    pairs: Sequence[Mapping[str, Any]], scorer: Scorer, champion: Scorer | None = None, seed: int = 0
+) -> EvalReport:
+    """Pinned-pair accuracy of a new reward model, and its difference from the champion's."""
+    metrics: dict[str, float | None] = {}
+    ours = reward_pair_outcomes(scorer, pairs)
+    put_estimate(metrics, golden_key("reward_accuracy"), wilson_of(ours))
+    if champion is not None:
+        theirs = reward_pair_outcomes(champion, pairs)
+        put_estimate(metrics, golden_key("champion_reward_accuracy"), wilson_of(theirs))
+        put_estimate(
+            metrics,
+            golden_key("reward_accuracy_vs_champion"),
+            paired_bootstrap_difference(ours, theirs, seed=seed),
+        )
+    return EvalReport(metrics=metrics, info={"golden_pairs": len(pairs)})
+
+
+def golden_prompts(records: Sequence[Mapping[str, Any]], limit: int) -> tuple[list[Any], list[Any]]:
+    """Distinct pinned prompts (up to ``limit``) and their reference answers (None where unknown)."""
+    from alignflow.evaluation.evaluate import held_out_prompts
+
+    rows = held_out_prompts(records, limit)
+    return [r["prompt"] for r in rows], [(r["metadata"] or {}).get("answer") for r in rows]
+
+
+def judge_on_golden(
+    records: Sequence[Mapping[str, Any]],
+    generate: Callable[[Any, Any, list[Any]], list[str]],
+    policy: tuple[Any, Any],
+    reference: Any,
+    champion: tuple[Any, Any] | None,
+    judges: Mapping[str, Judge],
+    config: EvaluationConfig,
+) -> EvalReport:
+    """Generate on the pinned prompts with each model, then :func:`judge_policy_completions`."""
+    prompts, answers = golden_prompts(records, config.max_prompts)
+    if not prompts:
+        raise ValueError("the pinned set has no prompts to judge the policy on")
+    model, tokenizer = policy
+    return judge_policy_completions(
+        prompts,
+        answers,
+        generate(model, tokenizer, prompts),
+        generate(reference, tokenizer, prompts),
+        generate(*champion, prompts) if champion is not None else None,
+        judges,
+        tokenizer,
+        seed=config.seed,
+        num_samples=config.num_samples,
+    )

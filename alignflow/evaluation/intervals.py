@@ -1,0 +1,137 @@
+"""95% intervals for the numbers promotion decides on.
+
+A gate that reads a point estimate promotes a lucky model: 8 right answers out of 14 is
+0.57, but so is anything between 0.33 and 0.79. These helpers turn per-row outcomes into
+an :class:`Estimate` (value, bounds, rows), so a gate can ask that the *bound* clears
+its threshold.
+
+- :func:`wilson`: a share of 0/1 outcomes (task accuracy, reward-model accuracy, label agreement).
+- :func:`bootstrap_mean`: a mean of per-row verdicts that may tie (win rates: 1, ½ or 0 a row;
+  Wilson would treat a tie as a coin flip and overstate the spread when many rows tie).
+- :func:`paired_bootstrap_difference`: the mean difference of two systems on the same rows
+  (challenger minus champion), resampling rows so that the pairing is kept.
+- :func:`paired_bootstrap_ratio`: the ratio of two means on the same rows (length growth).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its interval and the number of rows behind it."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    method: str
+
+    def as_dict(self) -> dict[str, float | int | str | None]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.value is None:
+            return f"n/a (n={self.n})"
+        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] n={self.n}"
+
+
+def _z(confidence: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def empty(method: str) -> Estimate:
+    return Estimate(None, None, None, 0, method)
+
+
+def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> Estimate:
+    """Wilson score interval of a binomial share: sound near 0 and 1 and for small n."""
+    if n <= 0:
+        return empty("wilson")
+    p, z = successes / n, _z(confidence)
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson")
+
+
+def wilson_of(outcomes: Sequence[float | None], confidence: float = CONFIDENCE) -> Estimate:
+    """:func:`wilson` over 0/1 outcomes, skipping rows that could not be judged (None)."""
+    judged = [float(o) for o in outcomes if o is not None]
+    return wilson(sum(judged), len(judged), confidence)
+
+
+def _percentiles(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _row_resamples(n: int, resamples: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
+def bootstrap_mean(
+    values: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
+    """Percentile-bootstrap interval of a mean over rows (None rows are not judged)."""
+    data = np.asarray([v for v in values if v is not None], dtype=float)
+    if data.size == 0:
+        return empty("bootstrap")
+    means = data[_row_resamples(data.size, resamples, seed)].mean(axis=1)
+    low, high = _percentiles(means, confidence)
+    return Estimate(float(data.mean()), low, high, int(data.size), "bootstrap")
+
+
+def _paired(a: Sequence[float | None], b: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
+    if len(a) != len(b):
+        raise ValueError(f"paired rows needed: {len(a)} vs {len(b)} values")
+    rows = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    return np.asarray([r[0] for r in rows], dtype=float), np.asarray([r[1] for r in rows], dtype=float)
+
+
+def paired_bootstrap_difference(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
+    """Interval of mean(a) - mean(b) over the same rows, resampled together."""
+    x, y = _paired(a, b)
+    if x.size == 0:
+        return empty("paired_bootstrap")
+    diffs = x - y
+    means = diffs[_row_resamples(diffs.size, resamples, seed)].mean(axis=1)
+    low, high = _percentiles(means, confidence)
+    return Estimate(float(diffs.mean()), low, high, int(diffs.size), "paired_bootstrap")
+
+
+def paired_bootstrap_ratio(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Estimate:
+    """Interval of mean(a) / mean(b) over the same rows (b's mean floored at 1, as lengths are)."""
+    x, y = _paired(a, b)
+    if x.size == 0:
+        return empty("paired_bootstrap")
+    index = _row_resamples(x.size, resamples, seed)
+    ratios = x[index].mean(axis=1) / np.maximum(y[index].mean(axis=1), 1.0)
+    low, high = _percentiles(ratios, confidence)
+    return Estimate(float(x.mean() / max(y.mean(), 1.0)), low, high, int(x.size), "paired_bootstrap")
