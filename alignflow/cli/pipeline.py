@@ -20,13 +20,12 @@ _NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
 # what a person checks first in each stage's row; other metrics fill the rest of the cell
 _HEADLINE = {
     "evaluate": (
+        "golden/task_accuracy",
+        "golden/reference_task_accuracy",
+        "golden/champion_task_accuracy",
+        "golden/reward_accuracy",
         "eval/task_accuracy",
-        "eval/reference_task_accuracy",
-        "eval/win_rate_vs_reference",
-        "eval/win_rate_vs_champion",
-        "eval/length_growth_ratio",
         "eval/kl_to_reference",
-        "eval/reward_accuracy",
     ),
     "reward": ("eval/accuracy", "eval/ece", "eval/margin_mean", "train/accuracy"),
 }
@@ -34,10 +33,19 @@ _HEADLINE = {
 
 def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
     headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
-    rest = [k for k in metrics if k not in headline and not any(n in k for n in _NOISE)]
+    rest = [
+        k
+        for k in metrics
+        if k not in headline and not any(n in k for n in _NOISE) and not k.endswith(("/low", "/high", "/n"))
+    ]
     shown = (headline + rest)[: max(limit, len(headline))]
     # held-out figures go by their bare name; any other scope stays (train accuracy is not accuracy)
-    return ", ".join(f"{k.removeprefix('eval/')}={metrics[k]:.3g}" for k in shown)
+    return ", ".join(f"{_short(k)}={metrics[k]:.3g}" for k in shown)
+
+
+def _short(key: str) -> str:
+    """Pinned-set figures read as ``pinned …``; the run's own eval split keeps its bare name."""
+    return "pinned " + key.removeprefix("golden/") if key.startswith("golden/") else key.removeprefix("eval/")
 
 
 def render_summary(summary: dict[str, Any]) -> None:

@@ -42,10 +42,35 @@ def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
     return dict(MlflowClient(uri).get_run(run_id).data.metrics) if run_id else {}
 
 
+def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> list[str]:
+    """The judges the pipeline trusted for this version, else those independent of its run."""
+    from mlflow import MlflowClient
+
+    from alignflow.registry.promotion import JUDGES_TAG, trusted_judges
+
+    recorded = MlflowClient(uri).get_model_version(name, version).tags.get(JUDGES_TAG)
+    if recorded is not None:
+        return [j for j in recorded.split(",") if j and j != "none"]
+    return trusted_judges(metrics, own_reward_trusted=False)
+
+
+def gate_table(decision, title: str) -> Table:
+    """Every gate: the value, its 95% interval and judged rows, the bound that decides, the verdict."""
+    table = Table("gate", "value", "95% interval", "n", "decides on", "needs", "outcome", title=title)
+    for r in decision.results:
+        value = "missing" if r.value is None else f"{r.value:.4g}"
+        outcome = "[green]passed[/green]" if r.passed else f"[red]{r.outcome}[/red]"
+        bound = {"low": "lower bound", "high": "upper bound", "value": "value"}[r.bound]
+        n = "" if r.n is None else str(r.n)
+        table.add_row(r.name, value, r.interval(), n, bound, f"{r.op} {r.threshold:g}", outcome)
+    return table
+
+
 def promote(
     version: str | None = typer.Option(None, help="version number; default: the challenger"),
     role: str = typer.Option("policy", help=ROLE_HELP),
     force: bool = typer.Option(False, help="move champion without checking the gates"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the gate table; change nothing"),
     config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (gates, project)"),
     overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. promotion.max_kl=0.5"),
     tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
@@ -59,24 +84,27 @@ def promote(
     if version is None:
         console.print(f"[red]{name} has no challenger; pass --version[/red]")
         raise typer.Exit(2)
-    if force:
+    if force and not dry_run:
         previous = promotion.set_champion(uri, name, version, "manual promotion (gates not checked)")
         console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
         return
-    decision = promotion.promote(uri, name, version, _metrics_of(uri, name, version), cfg.promotion, role)
-    table = Table("gate", "metric", "value", "needs", "passed", title=f"{name} version {version}")
-    for r in decision.results:
-        value = "missing" if r.value is None else f"{r.value:.4g}"
-        table.add_row(
-            r.name, r.metric, value, f"{r.op} {r.threshold:g}", "yes" if r.passed else "[red]no[/red]"
-        )
-    console.print(table)
+    metrics = _metrics_of(uri, name, version)
+    judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
+    if dry_run:
+        champion = models.alias_version(uri, name, models.CHAMPION)
+        decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges)
+    else:
+        decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges)
+    console.print(gate_table(decision, f"{name} version {version}" + (" (dry run)" if dry_run else "")))
+    if judges:
+        console.print(f"judges that count: {', '.join(judges)}")
+    champion_now = decision.previous_champion or "none"
     if not decision.promoted:
-        console.print(
-            f"[red]rejected[/red]: {decision.reason}; champion stays {decision.previous_champion or 'none'}"
-        )
+        verb = "would be rejected" if dry_run else "rejected"
+        console.print(f"[red]{verb}[/red]: {decision.reason}; champion stays {champion_now}")
         raise typer.Exit(1)
-    console.print(f"[green]promoted[/green]: champion -> version {version}")
+    verb = "would be promoted" if dry_run else "promoted"
+    console.print(f"[green]{verb}[/green]: champion -> version {version} (was {champion_now})")
 
 
 def rollback(

@@ -60,6 +60,17 @@ def _answer_scores(
     return [None if a is None else score(c, a) for c, a in zip(completions, answers, strict=True)]
 
 
+# per opponent: its task accuracy, ours minus its, our length over its
+_FIGURES_AGAINST = {
+    "reference": ("reference_task_accuracy", "task_accuracy_gain", "length_growth_ratio"),
+    "champion": ("champion_task_accuracy", "task_accuracy_vs_champion", "length_growth_vs_champion"),
+}
+
+
+def _lengths(completions: Sequence[str], tokenizer: Any | None) -> list[float]:
+    return [float(x) for x in completion_lengths(completions, tokenizer)]
+
+
 def judge_policy_completions(
     prompts: list[Any],
     answers: list[Any],
@@ -73,53 +84,26 @@ def judge_policy_completions(
     num_samples: int = 20,
 ) -> EvalReport:
     """Every pinned-set policy figure with its interval, from completions alone."""
-    metrics: dict[str, float | None] = {}
-    ours = _answer_scores(policy, answers, score)
-    base = _answer_scores(reference, answers, score)
-    metrics[golden_key("answers")] = float(sum(a is not None for a in answers))
+    metrics: dict[str, float | None] = {golden_key("answers"): float(sum(a is not None for a in answers))}
+    ours, lengths = _answer_scores(policy, answers, score), _lengths(policy, tokenizer)
     put_estimate(metrics, golden_key("task_accuracy"), wilson_of(ours))
-    put_estimate(metrics, golden_key("reference_task_accuracy"), wilson_of(base))
-    put_estimate(
-        metrics, golden_key("task_accuracy_gain"), paired_bootstrap_difference(ours, base, seed=seed)
-    )
-    lengths = [float(x) for x in completion_lengths(policy, tokenizer)]
-    put_estimate(
-        metrics,
-        golden_key("length_growth_ratio"),
-        paired_bootstrap_ratio(
-            lengths, [float(x) for x in completion_lengths(reference, tokenizer)], seed=seed
-        ),
-    )
-    verdicts: dict[str, list[float | None]] = {}
     metadata = [{"answer": a} for a in answers]
-    for name, judge in (judges or {}).items():
-        verdicts[f"{name}_vs_reference"] = judge.compare(prompts, policy, reference, metadata)
+    opponents = {"reference": reference, **({"champion": champion} if champion is not None else {})}
+    verdicts: dict[str, list[float | None]] = {}
+    for against, theirs in opponents.items():
+        accuracy, gain, growth = _FIGURES_AGAINST[against]
+        their_scores = _answer_scores(theirs, answers, score)
+        put_estimate(metrics, golden_key(accuracy), wilson_of(their_scores))
+        put_estimate(metrics, golden_key(gain), paired_bootstrap_difference(ours, their_scores, seed=seed))
         put_estimate(
             metrics,
-            golden_key(f"{name}/win_rate_vs_reference"),
-            bootstrap_mean(verdicts[f"{name}_vs_reference"], seed=seed),
-        )
-    if champion is not None:
-        theirs = _answer_scores(champion, answers, score)
-        put_estimate(metrics, golden_key("champion_task_accuracy"), wilson_of(theirs))
-        put_estimate(
-            metrics,
-            golden_key("task_accuracy_vs_champion"),
-            paired_bootstrap_difference(ours, theirs, seed=seed),
-        )
-        champion_lengths = [float(x) for x in completion_lengths(champion, tokenizer)]
-        put_estimate(
-            metrics,
-            golden_key("length_growth_vs_champion"),
-            paired_bootstrap_ratio(lengths, champion_lengths, seed=seed),
+            golden_key(growth),
+            paired_bootstrap_ratio(lengths, _lengths(theirs, tokenizer), seed=seed),
         )
         for name, judge in (judges or {}).items():
-            verdicts[f"{name}_vs_champion"] = judge.compare(prompts, policy, champion, metadata)
-            put_estimate(
-                metrics,
-                golden_key(f"{name}/win_rate_vs_champion"),
-                bootstrap_mean(verdicts[f"{name}_vs_champion"], seed=seed),
-            )
+            verdicts[f"{name}_vs_{against}"] = judge.compare(prompts, policy, theirs, metadata)
+            rate = bootstrap_mean(verdicts[f"{name}_vs_{against}"], seed=seed)
+            put_estimate(metrics, golden_key(f"{name}/win_rate_vs_{against}"), rate)
     samples = []
     for i, prompt in enumerate(prompts[:num_samples]):
         row = {"prompt": prompt if isinstance(prompt, str) else completion_text(prompt)}

@@ -34,7 +34,7 @@ class EvaluationConfig(BaseModel):
         default_factory=lambda: ["reward", "answer"], description="judges run for win rates"
     )
     primary_judge: Literal["reward", "answer"] = Field(
-        "reward", description="whose win rates feed the promotion gates"
+        "reward", description="whose eval-split win rate is reported as eval/win_rate_vs_*"
     )
     tie_margin: float = Field(0.0, ge=0.0, description="reward gap under which the reward judge calls a tie")
     num_samples: int = Field(20, ge=0, description="rows in the sample-completions table")

@@ -62,7 +62,8 @@ def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> Estimate
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson")
+    # clamp to the point: rounding would put 0/n's low bound a hair above 0 (and n/n's high below 1)
+    return Estimate(p, max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)), n, "wilson")
 
 
 def wilson_of(outcomes: Sequence[float | None], confidence: float = CONFIDENCE) -> Estimate:
@@ -103,6 +104,23 @@ def _paired(a: Sequence[float | None], b: Sequence[float | None]) -> tuple[np.nd
     return np.asarray([r[0] for r in rows], dtype=float), np.asarray([r[1] for r in rows], dtype=float)
 
 
+def _paired_bootstrap(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    statistic,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> Estimate:
+    """``statistic(x, y)`` over the rows judged on both sides, and its interval over row resamples."""
+    x, y = _paired(a, b)
+    if x.size == 0:
+        return empty("paired_bootstrap")
+    index = _row_resamples(x.size, resamples, seed)
+    low, high = _percentiles(statistic(x[index], y[index]), confidence)
+    return Estimate(float(statistic(x[None], y[None])[0]), low, high, int(x.size), "paired_bootstrap")
+
+
 def paired_bootstrap_difference(
     a: Sequence[float | None],
     b: Sequence[float | None],
@@ -111,13 +129,11 @@ def paired_bootstrap_difference(
     seed: int = 0,
 ) -> Estimate:
     """Interval of mean(a) - mean(b) over the same rows, resampled together."""
-    x, y = _paired(a, b)
-    if x.size == 0:
-        return empty("paired_bootstrap")
-    diffs = x - y
-    means = diffs[_row_resamples(diffs.size, resamples, seed)].mean(axis=1)
-    low, high = _percentiles(means, confidence)
-    return Estimate(float(diffs.mean()), low, high, int(diffs.size), "paired_bootstrap")
+
+    def difference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return (x - y).mean(axis=1)
+
+    return _paired_bootstrap(a, b, difference, confidence, resamples, seed)
 
 
 def paired_bootstrap_ratio(
@@ -128,10 +144,8 @@ def paired_bootstrap_ratio(
     seed: int = 0,
 ) -> Estimate:
     """Interval of mean(a) / mean(b) over the same rows (b's mean floored at 1, as lengths are)."""
-    x, y = _paired(a, b)
-    if x.size == 0:
-        return empty("paired_bootstrap")
-    index = _row_resamples(x.size, resamples, seed)
-    ratios = x[index].mean(axis=1) / np.maximum(y[index].mean(axis=1), 1.0)
-    low, high = _percentiles(ratios, confidence)
-    return Estimate(float(x.mean() / max(y.mean(), 1.0)), low, high, int(x.size), "paired_bootstrap")
+
+    def ratio(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return x.mean(axis=1) / np.maximum(y.mean(axis=1), 1.0)
+
+    return _paired_bootstrap(a, b, ratio, confidence, resamples, seed)

@@ -5,16 +5,19 @@ from __future__ import annotations
 from alignflow.cli.pipeline import _fmt_metrics
 
 
-def test_evaluate_row_leads_with_task_accuracy_against_the_reference():
+def test_evaluate_row_leads_with_the_pinned_sets_task_accuracy_against_the_reference():
     metrics = {
         "eval/reward_margin": 3.7,
         "eval/kl_to_reference": 10.1,
-        "eval/reference_task_accuracy": 0.0,
-        "eval/task_accuracy": 0.429,
-        "eval/reward_accuracy": 0.589,
+        "eval/task_accuracy": 0.5,
+        "golden/reference_task_accuracy": 0.0,
+        "golden/task_accuracy": 0.946,
+        "golden/task_accuracy/low": 0.9,
+        "golden/task_accuracy/n": 130.0,
     }
     cell = _fmt_metrics("evaluate", metrics)
-    assert cell.startswith("task_accuracy=0.429, reference_task_accuracy=0")
+    assert cell.startswith("pinned task_accuracy=0.946, pinned reference_task_accuracy=0, task_accuracy=0.5")
+    assert "/low" not in cell and "/n" not in cell  # intervals live in the gate table, not here
     assert "reward_margin" not in cell  # headline metrics fill the cell before the rest
 
 

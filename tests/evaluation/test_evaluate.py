@@ -6,7 +6,9 @@ import torch
 
 from alignflow.data.demo import correctness_reward, format_answer, format_reward, iter_demo_pairs
 from alignflow.evaluation import evaluate, plots
+from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.judges import RewardModelJudge
 from alignflow.evaluation.kl import completion_logprobs
 from alignflow.evaluation.report import EvalReport, log_report, read_report, samples_table, write_report
 from alignflow.models import load_causal_lm
@@ -46,6 +48,20 @@ def test_reward_model_evaluation_ranks_held_out_pairs(eval_records, scorer):
     assert len(report.series["reward/chosen"]) == len(eval_records)
 
 
+def _pinned_decision(prompts, metadata, policy, reference, champion, scorer):
+    """The promotion decision on these completions, judged by answers and a champion reward model."""
+    pinned = judge_policy_completions(
+        prompts,
+        [m["answer"] for m in metadata],
+        policy,
+        reference,
+        champion,
+        judges={"champion_reward": RewardModelJudge(scorer)},
+    )
+    config = promotion.PromotionConfig()
+    return promotion.decide("p", "2", pinned.gate_metrics(), config, "policy", "1", ["champion_reward"])
+
+
 def test_worse_challenger_completions_fail_the_champion_gate(eval_records, scorer):
     rows = evaluate.held_out_prompts(eval_records, 40)
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
@@ -60,9 +76,12 @@ def test_worse_challenger_completions_fail_the_champion_gate(eval_records, score
     assert report.metrics["eval/reward/win_rate_vs_champion"] == 0.0
     assert report.metrics["eval/task_accuracy"] == 0.0
     assert report.metrics["eval/champion_task_accuracy"] == 1.0
-    gates = promotion.gates_for(promotion.PromotionConfig(), "policy", has_champion=True)
-    failed = [r.name for r in promotion.check_gates(report.gate_metrics(), gates) if not r.passed]
-    assert failed == ["win_rate_vs_champion"]
+    decision = _pinned_decision(prompts, metadata, wrong, sloppy, right, scorer)
+    assert {r.name for r in decision.failed} == {
+        "task_accuracy_gain",
+        "task_accuracy_vs_champion",
+        "champion_reward_win_rate_vs_champion",
+    }
 
     better = evaluate.evaluate_policy_completions(
         prompts, metadata, right, sloppy, wrong, scorer, config=config, pair_records=eval_records
@@ -70,7 +89,8 @@ def test_worse_challenger_completions_fail_the_champion_gate(eval_records, score
     assert better.metrics["eval/win_rate_vs_champion"] == 1.0
     assert better.metrics["eval/task_accuracy_gain"] == 1.0
     assert better.metrics["eval/normalised_reward"] > report.metrics["eval/normalised_reward"]
-    assert all(r.passed for r in promotion.check_gates(better.gate_metrics(), gates))
+    promoted = _pinned_decision(prompts, metadata, right, sloppy, wrong, scorer)
+    assert promoted.promoted, promoted.reason
 
 
 def test_length_blow_up_is_reported(eval_records):

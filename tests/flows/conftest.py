@@ -9,7 +9,6 @@ import pytest
 FAST_OVERRIDES = [
     "data.demo_rows=1000",
     "data.demo_scored_rows=200",
-    "evaluation.max_prompts=20",
     "evaluation.max_pairs=100",
     "evaluation.kl_samples=8",
     "evaluation.primary_judge=answer",

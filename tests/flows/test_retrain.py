@@ -7,6 +7,7 @@ retrains nothing, a third run with a sabotaged policy config is rejected by the 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -14,11 +15,12 @@ from typer.testing import CliRunner
 
 from alignflow.cli import app
 from alignflow.config import load_config
+from alignflow.data.versioning import current_version
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG
 from alignflow.registry.runs import DATA_VERSION_TAG, child_runs
 from alignflow.registry.server import local_mlflow_server
-from flows.retrain import retrain
+from flows.retrain import GOLDEN_VERSION_TAG, STOP_REASON_TAG, retrain
 from flows.unchanged import OUTCOME_TAG, check_before_flow
 from tests.flows.conftest import FAST_OVERRIDES
 
@@ -76,8 +78,11 @@ def test_first_run_tracks_every_stage_and_registers_both_models(first, server):
     assert "eval/win_rate_vs_reference" in evaluate_run.data.metrics
     for role in ("policy", "reward"):
         assert alias_version(server.url, f"demo-{role}", CHALLENGER) == "1"
+        version = client.get_model_version(f"demo-{role}", "1")
+        assert version.tags[GOLDEN_VERSION_TAG] == first["golden"]["version"], "judged on the pinned set"
     assert first["promotions"]["policy"]["promoted"], first["promotions"]
     assert alias_version(server.url, "demo-policy", CHAMPION) == "1"
+    assert first["golden"]["answers"] >= 100, "enough pinned prompts for the intervals to mean something"
 
 
 def test_unchanged_rerun_retrains_nothing(first, server, workspace):
@@ -130,7 +135,29 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     assert alias_version(server.url, "demo-policy", CHAMPION) == "1"
     rejected = MlflowClient(server.url).get_model_version("demo-policy", decision["version"])
     failed = json.loads(rejected.tags[FAILED_GATES_TAG])
-    assert "win_rate_vs_champion" in failed
+    assert "task_accuracy_vs_champion" in failed, failed
+
+
+def test_a_poisoned_data_version_stops_before_training_and_the_champion_stays(first, server, workspace):
+    rows = [json.loads(line) for line in (workspace / ".alignflow" / "demo-input" / "demo.jsonl").open()]
+    swapped = workspace / "swapped.jsonl"
+    with swapped.open("w") as out:
+        for row in rows:
+            if "chosen" in row:
+                row["chosen"], row["rejected"] = row["rejected"], row["chosen"]
+            out.write(json.dumps(row) + "\n")
+    versions_before = len(MlflowClient(server.url).search_model_versions("name='demo-policy'"))
+    stopped = run_flow(server, workspace, f"data.source={swapped}")
+    assert stopped["stopped"]["reason"] == "label_disagreement", stopped
+    assert not stopped["promotions"] and {s["name"] for s in stopped["stages"]} <= {"data"}
+    parent = MlflowClient(server.url).get_run(stopped["parent_run_id"])
+    assert parent.data.tags[OUTCOME_TAG] == "stopped"
+    assert parent.data.tags[STOP_REASON_TAG] == "label_disagreement"
+    report = json.loads(Path(stopped["stopped"]["report"]).read_text())
+    assert not report["passed"] and report["examples"], "the report shows disagreeing pairs"
+    assert len(MlflowClient(server.url).search_model_versions("name='demo-policy'")) == versions_before
+    assert alias_version(server.url, "demo-policy", CHAMPION) == "1"
+    assert current_version(workspace, "data") == first["data_version"], "nothing was versioned"
 
 
 def test_ppo_policy_runs_end_to_end_on_the_trained_reward_model(first, server, workspace):

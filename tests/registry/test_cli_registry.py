@@ -5,10 +5,11 @@ from typer.testing import CliRunner
 
 from alignflow.cli import app
 from alignflow.registry import models, promotion
+from tests.registry.conftest import FIRST_POLICY, MATCHES_CHAMPION, pinned_metrics
 
 
 @pytest.mark.slow
-def test_promote_rejects_then_force_then_rollback(tmp_path, tiny_model_dir):
+def test_promote_dry_run_then_rejects_then_force_then_rollback(tmp_path, tiny_model_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlflow.set_tracking_uri(uri)
     experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
@@ -18,20 +19,24 @@ def test_promote_rejects_then_force_then_rollback(tmp_path, tiny_model_dir):
     common = ["--tracking-uri", uri, "--set", "project=cli"]
     runner = CliRunner()
 
-    promotion.record_metrics(
-        uri,
-        "cli-policy",
-        first.version,
-        {promotion.WIN_RATE_VS_REFERENCE: 0.9, promotion.LENGTH_GROWTH_RATIO: 1.0},
-    )
+    promotion.record_metrics(uri, "cli-policy", first.version, FIRST_POLICY)
+    dry = runner.invoke(app, ["promote", "--version", first.version, "--dry-run", *common])
+    assert dry.exit_code == 0, dry.output
+    assert "would be promoted" in dry.output and "[0.85, 0.95]" in dry.output and "lower bound" in dry.output
+    assert models.alias_version(uri, "cli-policy", models.CHAMPION) is None, "a dry run changes nothing"
     result = runner.invoke(app, ["promote", "--version", first.version, *common])
     assert result.exit_code == 0, result.output
     assert models.alias_version(uri, "cli-policy", models.CHAMPION) == first.version
 
-    promotion.record_metrics(uri, "cli-policy", second.version, {promotion.WIN_RATE_VS_CHAMPION: 0.2})
+    regression = MATCHES_CHAMPION | pinned_metrics(task_accuracy_vs_champion=(-0.5, -0.6, -0.4, 120))
+    promotion.record_metrics(uri, "cli-policy", second.version, regression)
+    dry = runner.invoke(app, ["promote", "--dry-run", *common])
+    assert (
+        dry.exit_code == 1 and "would be rejected" in dry.output and "task_accuracy_vs_champion" in dry.output
+    )
     result = runner.invoke(app, ["promote", *common])  # the challenger: version 2
     assert result.exit_code == 1
-    assert "win_rate_vs_champion" in result.output
+    assert "task_accuracy_vs_champion" in result.output
     assert models.alias_version(uri, "cli-policy", models.CHAMPION) == first.version
 
     result = runner.invoke(app, ["promote", "--version", second.version, "--force", *common])

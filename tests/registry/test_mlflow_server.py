@@ -5,6 +5,7 @@ import pytest
 from mlflow import MlflowClient
 
 from alignflow.registry import models, promotion, runs
+from tests.registry.conftest import pinned_metrics
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,10 @@ def test_pipeline_runs_artifacts_and_both_models_over_rest(
     ]
     assert any(mlflow_server.artifacts_destination.rglob("eval_report.json"))
 
-    promotion.promote(uri, "demo-reward", logged["reward"].version, {promotion.REWARD_ACCURACY: 0.9},
-                      promotion.PromotionConfig(), "reward")  # fmt: skip
+    accuracy = pinned_metrics(reward_accuracy=(0.9, 0.85, 0.94, 200))
+    promotion.promote(
+        uri, "demo-reward", logged["reward"].version, accuracy, promotion.PromotionConfig(), "reward"
+    )
     assert models.alias_version(uri, "demo-reward", models.CHAMPION) == logged["reward"].version
     for role, kind in (("reward", "text-classification"), ("policy", "text-generation")):
         name = f"demo-{role}"

@@ -6,30 +6,7 @@ from mlflow import MlflowClient
 
 from alignflow.registry import models, promotion
 from alignflow.registry.promotion import PromotionConfig
-
-
-def test_a_missing_metric_fails_its_gate_and_none_switches_a_gate_off():
-    config = PromotionConfig(max_kl=0.5, max_length_growth=None)
-    gates = promotion.gates_for(config, "policy", has_champion=True)
-    assert [g.name for g in gates] == ["win_rate_vs_champion", "kl"]
-    results = promotion.check_gates({promotion.WIN_RATE_VS_CHAMPION: 0.6}, gates)
-    assert [(r.name, r.passed) for r in results] == [("win_rate_vs_champion", True), ("kl", False)]
-    assert results[1].value is None and "missing" in results[1].describe()
-
-
-def test_first_policy_must_strictly_beat_the_reference():
-    gates = promotion.gates_for(PromotionConfig(), "policy", has_champion=False)
-    beats = next(g for g in gates if g.name == "beats_reference")
-    assert not promotion.check_gates({promotion.WIN_RATE_VS_REFERENCE: 0.5}, [beats])[0].passed
-    assert promotion.check_gates({promotion.WIN_RATE_VS_REFERENCE: 0.51}, [beats])[0].passed
-
-
-def test_reward_gates_read_accuracy_and_calibration():
-    gates = promotion.gates_for(PromotionConfig(max_reward_ece=0.1), "reward", has_champion=True)
-    ok = promotion.check_gates({promotion.REWARD_ACCURACY: 0.8, promotion.CALIBRATION_ERROR: 0.05}, gates)
-    bad = promotion.check_gates({promotion.REWARD_ACCURACY: 0.8, promotion.CALIBRATION_ERROR: 0.3}, gates)
-    assert all(r.passed for r in ok)
-    assert [r.name for r in bad if not r.passed] == ["reward_ece"]
+from tests.registry.conftest import FIRST_POLICY, MATCHES_CHAMPION, pinned_metrics
 
 
 @pytest.fixture
@@ -47,12 +24,8 @@ def _new_version(uri: str, logged: models.LoggedVersion) -> str:
     return models.register(uri, logged.model_uri, logged.name, logged.run_id).version
 
 
-GOOD = {
-    promotion.WIN_RATE_VS_REFERENCE: 0.8,
-    promotion.WIN_RATE_VS_CHAMPION: 0.7,
-    promotion.LENGTH_GROWTH_RATIO: 1.1,
-    promotion.KL_TO_REFERENCE: 0.2,
-}
+JUDGES = ["champion_reward"]
+GOOD = {**MATCHES_CHAMPION, promotion.KL_TO_REFERENCE: 0.2}
 
 
 @pytest.mark.slow
@@ -68,20 +41,41 @@ def test_logged_model_is_registered_as_challenger_with_its_tags(registry):
 
 
 @pytest.mark.slow
-def test_first_model_becomes_champion_only_when_it_beats_the_reference(registry):
+def test_first_model_becomes_champion_only_when_its_bound_beats_the_reference(registry):
     uri, logged = registry
     config = PromotionConfig()
-    losing = promotion.promote(
-        uri, logged.name, logged.version, {**GOOD, promotion.WIN_RATE_VS_REFERENCE: 0.4}, config, "policy"
-    )
+    # a lucky point estimate: 0.57 looks like a win, but its interval reaches down to 0.33
+    lucky = FIRST_POLICY | pinned_metrics(champion_reward__win_rate_vs_reference=(0.57, 0.33, 0.79, 120))
+    losing = promotion.promote(uri, logged.name, logged.version, lucky, config, "policy", JUDGES)
     assert not losing.promoted
     assert models.alias_version(uri, logged.name, models.CHAMPION) is None
-    assert "beats_reference" in json.loads(
-        MlflowClient(uri).get_model_version(logged.name, logged.version).tags[promotion.FAILED_GATES_TAG]
-    )
+    tags = MlflowClient(uri).get_model_version(logged.name, logged.version).tags
+    failed = json.loads(tags[promotion.FAILED_GATES_TAG])
+    assert list(failed) == ["champion_reward_beats_reference"]
+    assert failed["champion_reward_beats_reference"]["low"] == 0.33
+    assert failed["champion_reward_beats_reference"]["n"] == 120
+    assert tags[promotion.GATE_TAG_PREFIX + "champion_reward_beats_reference"].startswith("failed:")
+    assert tags[promotion.JUDGES_TAG] == "champion_reward"
     second = _new_version(uri, logged)
-    assert promotion.promote(uri, logged.name, second, GOOD, config, "policy").promoted
+    assert promotion.promote(uri, logged.name, second, FIRST_POLICY, config, "policy", JUDGES).promoted
     assert models.alias_version(uri, logged.name, models.CHAMPION) == second
+
+
+@pytest.mark.slow
+def test_too_few_judged_rows_never_promote(registry):
+    uri, logged = registry
+    few = pinned_metrics(
+        answers=14,
+        task_accuracy_gain=(0.57, 0.31, 0.79, 14),
+        length_growth_ratio=(1.4, 1.35, 1.45, 14),
+    )
+    decision = promotion.promote(uri, logged.name, logged.version, few, PromotionConfig(), "policy")
+    assert not decision.promoted
+    assert {r.name: r.outcome for r in decision.failed} == {
+        "task_accuracy_gain": promotion.INSUFFICIENT_EVIDENCE,
+        "length_growth": promotion.INSUFFICIENT_EVIDENCE,
+    }
+    assert models.alias_version(uri, logged.name, models.CHAMPION) is None
 
 
 @pytest.mark.slow
@@ -89,25 +83,30 @@ def test_worse_challenger_leaves_champion_and_carries_failed_gates_then_rollback
     uri, logged = registry
     client = MlflowClient(uri)
     config = PromotionConfig(max_kl=1.0)
-    assert promotion.promote(uri, logged.name, logged.version, GOOD, config, "policy").promoted
+    assert promotion.promote(uri, logged.name, logged.version, GOOD, config, "policy", JUDGES).promoted
 
     worse = _new_version(uri, logged)
-    worse_metrics = {**GOOD, promotion.WIN_RATE_VS_CHAMPION: 0.3, promotion.LENGTH_GROWTH_RATIO: 3.5}
-    decision = promotion.promote(uri, logged.name, worse, worse_metrics, config, "policy")
+    worse_metrics = GOOD | pinned_metrics(
+        champion_reward__win_rate_vs_champion=(0.3, 0.22, 0.38, 120),
+        length_growth_ratio=(3.5, 3.3, 3.7, 120),
+    )
+    decision = promotion.promote(uri, logged.name, worse, worse_metrics, config, "policy", JUDGES)
     assert not decision.promoted
     assert models.alias_version(uri, logged.name, models.CHAMPION) == logged.version
     assert models.alias_version(uri, logged.name, models.CHALLENGER) == worse
     tags = client.get_model_version(logged.name, worse).tags
     assert tags[promotion.DECISION_TAG] == "rejected"
     failed = json.loads(tags[promotion.FAILED_GATES_TAG])
-    assert failed == {
-        "win_rate_vs_champion": {"value": 0.3, "op": ">=", "threshold": 0.55},
-        "length_growth": {"value": 3.5, "op": "<=", "threshold": 2.0},
-    }
+    assert set(failed) == {"champion_reward_win_rate_vs_champion", "length_growth"}
+    assert failed["champion_reward_win_rate_vs_champion"] | {} == {
+        "outcome": "failed", "value": 0.3, "low": 0.22, "high": 0.38, "n": 120,
+        "bound": "low", "op": ">=", "threshold": 0.4,
+    }  # fmt: skip
+    assert failed["length_growth"]["bound"] == "high" and failed["length_growth"]["high"] == 3.7
     assert promotion.recorded_metrics(uri, logged.name, worse) == worse_metrics
 
     better = _new_version(uri, logged)
-    assert promotion.promote(uri, logged.name, better, GOOD, config, "policy").promoted
+    assert promotion.promote(uri, logged.name, better, GOOD, config, "policy", JUDGES).promoted
     assert (
         client.get_model_version(logged.name, better).tags[promotion.PREVIOUS_CHAMPION_TAG] == logged.version
     )

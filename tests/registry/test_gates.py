@@ -1,0 +1,393 @@
+"""Promotion gates as pure functions: judged on interval bounds, with enough rows, by trusted judges.
+
+No MLflow here: metrics are built the way the pinned-set evaluation writes them
+(:func:`put_estimate`), and ``decide`` is the decision that ``promote`` would record.
+"""
+
+import pytest
+
+from alignflow.data.demo import format_answer, make_prompt
+from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model, put_estimate
+from alignflow.evaluation.intervals import Estimate, wilson
+from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge
+from alignflow.registry.promotion import (
+    INDEPENDENT_JUDGES,
+    INSUFFICIENT_EVIDENCE,
+    Gate,
+    check_gates,
+    decide,
+    gates_for,
+    trusted_judges,
+)
+from alignflow.registry.promotion_config import PromotionConfig
+
+CONFIG = PromotionConfig()  # min_judged_rows=30, win rate vs champion >= 0.4, length vs champion <= 1.5
+
+
+def estimate(value: float, low: float, high: float, n: int = 120) -> Estimate:
+    return Estimate(value, low, high, n, "test")
+
+
+def golden(answers: int = 120, **figures: Estimate) -> dict[str, float]:
+    """Pinned-set metrics: ``champion_reward__win_rate_vs_champion=...`` is ``golden/champion_reward/...``."""
+    metrics: dict[str, float | None] = {"golden/answers": float(answers)}
+    for name, figure in figures.items():
+        put_estimate(metrics, f"golden/{name.replace('__', '/')}", figure)
+    return {k: v for k, v in metrics.items() if v is not None}
+
+
+FIRST_POLICY = golden(
+    task_accuracy_gain=estimate(0.6, 0.5, 0.7),
+    champion_reward__win_rate_vs_reference=estimate(0.8, 0.7, 0.9),
+    length_growth_ratio=estimate(1.2, 1.1, 1.3),
+)
+GOOD_CHALLENGER = FIRST_POLICY | golden(
+    task_accuracy_vs_champion=estimate(0.05, 0.0, 0.1),
+    champion_reward__win_rate_vs_champion=estimate(0.55, 0.47, 0.63),
+    length_growth_vs_champion=estimate(1.0, 0.95, 1.05),
+)
+
+
+def formatted_scorer(prompts, completions):
+    """A stand-in reward model: +1 for the required answer format, -1 otherwise."""
+    return [1.0 if "The answer is" in c else -1.0 for c in completions]
+
+
+def indifferent_scorer(prompts, completions):
+    """A reward model that cannot tell anything apart."""
+    return [0.0] * len(completions)
+
+
+def result(results, name):
+    [found] = [r for r in results if r.name == name]
+    return found
+
+
+def gate(name: str, config: PromotionConfig = CONFIG, **kwargs) -> Gate:
+    return next(g for g in gates_for(config, **kwargs) if g.name == name)
+
+
+# ---------------------------------------------------------------- bounds, not points
+
+
+def test_a_lucky_point_estimate_fails_on_its_lower_bound():
+    lucky = wilson(8, 14)  # 0.57 [0.33, 0.79]
+    gains = Gate("gain", "golden/gain", ">", 0.5, "low")
+    metrics = golden(gain=lucky)
+    [judged] = check_gates(metrics, [gains], min_rows=1)
+    assert lucky.value > 0.5  # the point would pass...
+    assert not judged.passed and judged.outcome == "failed"  # ...but the bound does not
+    assert judged.decisive == pytest.approx(lucky.low)
+    assert "lower bound needs > 0.5" in judged.describe()
+    # the same share on ten times the rows clears the bar
+    [sure] = check_gates(golden(gain=wilson(800, 1400)), [gains], min_rows=1)
+    assert sure.passed and sure.outcome == "passed"
+
+
+def test_task_accuracy_gain_with_a_point_above_zero_and_a_bound_below_fails():
+    metrics = FIRST_POLICY | golden(task_accuracy_gain=estimate(0.1, -0.05, 0.25))
+    decision = decide("p", "1", metrics, CONFIG, "policy", None, ["champion_reward"])
+    assert not decision.promoted
+    assert [r.name for r in decision.failed] == ["task_accuracy_gain"]
+    assert result(decision.results, "task_accuracy_gain").decisive == -0.05
+
+
+def test_upper_bound_gates_read_the_high_end():
+    growth = gate("length_growth_vs_champion", role="policy", has_champion=True)
+    assert (growth.metric, growth.op, growth.bound) == ("golden/length_growth_vs_champion", "<=", "high")
+    assert gate("length_growth", role="policy", has_champion=False).bound == "high"
+    # the point is well within 1.5, but the upper bound is not
+    [judged] = check_gates(golden(length_growth_vs_champion=estimate(1.3, 1.1, 1.6)), [growth], 30)
+    assert not judged.passed and judged.decisive == 1.6
+    assert "upper bound needs <= 1.5" in judged.describe()
+    [judged] = check_gates(golden(length_growth_vs_champion=estimate(1.3, 1.1, 1.45)), [growth], 30)
+    assert judged.passed
+
+
+def test_too_few_rows_fail_as_insufficient_evidence_even_when_the_bound_passes():
+    gain = gate("task_accuracy_gain", role="policy", has_champion=False)
+    few = golden(task_accuracy_gain=estimate(0.9, 0.8, 1.0, n=29))
+    [judged] = check_gates(few, [gain], min_rows=CONFIG.min_judged_rows)
+    assert judged.decisive > gain.threshold
+    assert not judged.passed
+    assert judged.outcome == INSUFFICIENT_EVIDENCE
+    assert judged.describe().startswith(f"task_accuracy_gain: {INSUFFICIENT_EVIDENCE}")
+    assert "n=29" in judged.describe()
+    [enough] = check_gates(golden(task_accuracy_gain=estimate(0.9, 0.8, 1.0, n=30)), [gain], 30)
+    assert enough.passed
+
+
+def test_a_bound_without_its_row_count_is_insufficient_evidence():
+    gain = gate("task_accuracy_gain", role="policy", has_champion=False)
+    metrics = {"golden/task_accuracy_gain": 0.9, "golden/task_accuracy_gain/low": 0.8}
+    [judged] = check_gates(metrics, [gain], min_rows=1)
+    assert judged.outcome == INSUFFICIENT_EVIDENCE and judged.n is None
+
+
+def test_a_missing_metric_or_bound_fails_as_missing():
+    gain = gate("task_accuracy_gain", role="policy", has_champion=False)
+    [absent] = check_gates({}, [gain])
+    assert (absent.passed, absent.outcome, absent.value) == (False, "missing", None)
+    assert absent.describe() == "task_accuracy_gain: missing (needs > 0)"
+    [no_bound] = check_gates({"golden/task_accuracy_gain": 0.9, "golden/task_accuracy_gain/n": 100}, [gain])
+    assert no_bound.outcome == "missing"
+
+
+def test_value_gates_need_no_row_count_and_reject_non_finite_values():
+    kl = gate("kl", PromotionConfig(max_kl=1.0), role="policy", has_champion=False)
+    assert kl.bound == "value"
+    assert check_gates({"eval/kl_to_reference": 0.5}, [kl], min_rows=30)[0].passed
+    assert not check_gates({"eval/kl_to_reference": 1.5}, [kl])[0].passed
+    assert not check_gates({"eval/kl_to_reference": float("nan")}, [kl])[0].passed
+
+
+# ---------------------------------------------------------------- which gates apply
+
+
+def names(gates) -> list[str]:
+    return [g.name for g in gates]
+
+
+def test_first_policy_is_judged_against_its_reference():
+    gates = gates_for(CONFIG, "policy", has_champion=False, judges=["champion_reward", "llm"])
+    assert names(gates) == [
+        "independent_judge",
+        "task_accuracy_gain",
+        "champion_reward_beats_reference",
+        "llm_beats_reference",
+        "length_growth",
+    ]
+    beats = gate("llm_beats_reference", role="policy", has_champion=False, judges=["llm"])
+    assert (beats.metric, beats.op, beats.threshold, beats.bound) == (
+        "golden/llm/win_rate_vs_reference",
+        ">",
+        0.5,
+        "low",
+    )
+
+
+def test_a_challenger_is_also_judged_against_the_champion():
+    gates = gates_for(CONFIG, "policy", has_champion=True, judges=["champion_reward"])
+    assert names(gates) == [
+        "independent_judge",
+        "task_accuracy_gain",
+        "task_accuracy_vs_champion",
+        "champion_reward_win_rate_vs_champion",
+        "length_growth",
+        "length_growth_vs_champion",
+    ]
+    vs_champion = result(gates, "task_accuracy_vs_champion")
+    assert (vs_champion.op, vs_champion.threshold, vs_champion.bound) == (">=", -0.05, "low")
+    win = result(gates, "champion_reward_win_rate_vs_champion")
+    assert (win.metric, win.op, win.threshold, win.bound) == (
+        "golden/champion_reward/win_rate_vs_champion",
+        ">=",
+        0.4,
+        "low",
+    )
+
+
+def test_without_answers_there_are_no_task_accuracy_gates():
+    gates = gates_for(CONFIG, "policy", has_champion=True, judges=["llm"], has_answers=False)
+    assert not any(g.name.startswith("task_accuracy") for g in gates)
+    assert "llm_win_rate_vs_champion" in names(gates)
+
+
+def test_a_threshold_of_none_switches_its_gate_off():
+    config = PromotionConfig(
+        max_task_accuracy_regression=None, max_length_growth_vs_champion=None, max_kl=0.5
+    )
+    gates = names(gates_for(config, "policy", has_champion=True))
+    assert "task_accuracy_vs_champion" not in gates
+    assert "length_growth_vs_champion" not in gates
+    assert "kl" in gates
+    assert "kl" not in names(gates_for(CONFIG, "policy", has_champion=True))
+
+
+def test_reward_model_gates_read_the_lower_bound_and_compare_only_with_a_champion():
+    first = gates_for(CONFIG, "reward", has_champion=False)
+    assert names(first) == ["reward_accuracy"]
+    accuracy = first[0]
+    assert (accuracy.metric, accuracy.op, accuracy.threshold, accuracy.bound) == (
+        "golden/reward_accuracy",
+        ">=",
+        0.6,
+        "low",
+    )
+    later = gates_for(CONFIG, "reward", has_champion=True)
+    assert names(later) == ["reward_accuracy", "reward_accuracy_vs_champion"]
+    assert (later[1].op, later[1].threshold, later[1].bound) == (">=", -0.05, "low")
+
+
+def test_an_unknown_role_is_refused():
+    with pytest.raises(ValueError, match="role must be"):
+        gates_for(CONFIG, "critic", has_champion=False)
+
+
+# ---------------------------------------------------------------- trusted judges
+
+
+def test_independent_judge_gate_fails_without_answers_or_trusted_judges():
+    no_answers = {k: v for k, v in FIRST_POLICY.items() if not k.startswith("golden/task_accuracy")}
+    no_answers["golden/answers"] = 0.0
+    decision = decide("p", "1", no_answers, CONFIG, "policy", None, judges=[])
+    assert not decision.promoted
+    independent = result(decision.results, "independent_judge")
+    assert not independent.passed and independent.value == 0.0
+    assert independent.metric == INDEPENDENT_JUDGES
+    # a trusted preference judge is an independent judge
+    judged = decide("p", "1", no_answers, CONFIG, "policy", None, judges=["champion_reward"])
+    assert judged.promoted, judged.reason
+    # so are verifiable answers
+    assert result(
+        decide("p", "1", FIRST_POLICY, CONFIG, "policy", None, []).results, "independent_judge"
+    ).passed
+
+
+def test_the_challengers_own_reward_model_counts_only_once_trusted():
+    metrics = golden(reward__win_rate_vs_reference=estimate(0.9, 0.8, 0.95))
+    assert trusted_judges(metrics, own_reward_trusted=False) == []
+    assert trusted_judges(metrics, own_reward_trusted=True) == ["reward"]
+
+
+def test_outside_judges_count_whenever_they_judged():
+    metrics = golden(
+        reward__win_rate_vs_champion=estimate(0.9, 0.8, 0.95),
+        champion_reward__win_rate_vs_champion=estimate(0.5, 0.4, 0.6),
+        llm__win_rate_vs_reference=estimate(0.6, 0.5, 0.7),
+        answer__win_rate_vs_reference=estimate(0.6, 0.5, 0.7),  # not a preference judge that counts
+    )
+    assert trusted_judges(metrics, own_reward_trusted=False) == ["champion_reward", "llm"]
+    assert trusted_judges(metrics, own_reward_trusted=True) == ["champion_reward", "llm", "reward"]
+    assert trusted_judges(golden(task_accuracy_gain=estimate(0.5, 0.4, 0.6)), True) == []
+
+
+# ---------------------------------------------------------------- decide
+
+
+def test_decide_promotes_a_clearly_good_challenger():
+    decision = decide("p", "2", GOOD_CHALLENGER, CONFIG, "policy", "1", ["champion_reward"])
+    assert decision.promoted, decision.reason
+    assert decision.failed == []
+    assert decision.reason == "all gates passed"
+    assert decision.previous_champion == "1"
+    assert decision.judges == ("champion_reward",)
+    assert "champion_reward_win_rate_vs_champion" in names(decision.results)
+
+
+def test_decide_rejects_a_regression_and_names_the_failed_gates():
+    regression = GOOD_CHALLENGER | golden(
+        task_accuracy_vs_champion=estimate(-0.2, -0.3, -0.1),
+        champion_reward__win_rate_vs_champion=estimate(0.3, 0.2, 0.38),
+    )
+    decision = decide("p", "2", regression, CONFIG, "policy", "1", ["champion_reward"])
+    assert not decision.promoted
+    assert names(decision.failed) == ["task_accuracy_vs_champion", "champion_reward_win_rate_vs_champion"]
+    assert all(r.outcome == "failed" for r in decision.failed)
+    assert "task_accuracy_vs_champion: -0.2 [-0.3, -0.1] n=120, lower bound needs >= -0.05" in decision.reason
+
+
+def test_decide_uses_first_policy_gates_when_the_champion_is_the_version_itself():
+    decision = decide("p", "1", FIRST_POLICY, CONFIG, "policy", "1", ["champion_reward"])
+    assert decision.promoted, decision.reason
+    assert "champion_reward_beats_reference" in names(decision.results)
+    assert "length_growth_vs_champion" not in names(decision.results)
+
+
+def test_decide_fails_a_trusted_judge_that_did_not_judge_against_the_champion():
+    decision = decide("p", "2", FIRST_POLICY, CONFIG, "policy", "1", ["champion_reward"])
+    outcomes = {r.name: r.outcome for r in decision.failed}
+    assert outcomes == {
+        "task_accuracy_vs_champion": "missing",
+        "champion_reward_win_rate_vs_champion": "missing",
+        "length_growth_vs_champion": "missing",
+    }
+
+
+def test_decide_on_a_reward_model():
+    pairs = [
+        {"prompt": make_prompt(a, 1), "chosen": format_answer(a + 1), "rejected": "I think 0"}
+        for a in range(40)
+    ]
+    prefers_format, prefers_nothing = formatted_scorer, indifferent_scorer
+    first = judge_reward_model(pairs, prefers_format).gate_metrics()
+    assert first["golden/reward_accuracy"] == 1.0 and first["golden/reward_accuracy/n"] == 40
+    assert decide("rm", "1", first, CONFIG, "reward", None).promoted
+    # the first reward model's accuracy gate is all there is; with a champion it must not regress
+    assert names(decide("rm", "1", first, CONFIG, "reward", None).results) == ["reward_accuracy"]
+    no_comparison = decide("rm", "2", first, CONFIG, "reward", "1")
+    assert {r.name: r.outcome for r in no_comparison.failed} == {"reward_accuracy_vs_champion": "missing"}
+    worse = judge_reward_model(pairs, prefers_nothing, champion=prefers_format).gate_metrics()
+    rejected = decide("rm", "2", worse, CONFIG, "reward", "1")
+    assert names(rejected.failed) == ["reward_accuracy", "reward_accuracy_vs_champion"]
+    better = judge_reward_model(pairs, prefers_format, champion=prefers_nothing).gate_metrics()
+    assert decide("rm", "2", better, CONFIG, "reward", "1").promoted
+
+
+# ---------------------------------------------------------------- end to end on completions
+
+
+@pytest.fixture(scope="module")
+def pinned():
+    problems = [(a, b) for a in range(8) for b in range(5)]  # 40 prompts
+    prompts = [make_prompt(a, b) for a, b in problems]
+    answers = [a + b for a, b in problems]
+    return prompts, answers
+
+
+def judged_metrics(pinned, challenger: list[str]) -> dict[str, float]:
+    prompts, answers = pinned
+    report = judge_policy_completions(
+        prompts,
+        answers,
+        policy=challenger,
+        reference=[f"I think {n}" for n in answers],
+        champion=[format_answer(n) for n in answers],
+        judges={"champion_reward": RewardModelJudge(formatted_scorer), "answer": AnswerJudge()},
+    )
+    return report.gate_metrics()
+
+
+def decide_on(metrics):
+    judges = trusted_judges(metrics, own_reward_trusted=False)
+    assert judges == ["champion_reward"]  # the answer judge is no preference judge that counts
+    return decide("p", "2", metrics, CONFIG, "policy", champion="1", judges=judges)
+
+
+def test_completions_of_a_good_challenger_pass_every_gate(pinned):
+    _, answers = pinned
+    metrics = judged_metrics(pinned, [format_answer(n) for n in answers])
+    assert metrics["golden/task_accuracy"] == 1.0
+    assert metrics["golden/reference_task_accuracy"] == 0.0
+    assert metrics["golden/task_accuracy_gain/low"] == 1.0
+    assert metrics["golden/champion_reward/win_rate_vs_reference"] == 1.0
+    assert metrics["golden/champion_reward/win_rate_vs_champion"] == 0.5  # ties with its equal
+    assert metrics["golden/champion_reward/win_rate_vs_champion/n"] == 40
+    decision = decide_on(metrics)
+    assert decision.promoted, decision.reason
+    assert decision.judges == ("champion_reward",)
+
+
+def test_completions_padded_with_filler_fail_the_length_gate_against_the_champion(pinned):
+    _, answers = pinned
+    metrics = judged_metrics(pinned, [format_answer(n) + " filler" * 20 for n in answers])
+    decision = decide_on(metrics)
+    assert not decision.promoted
+    failed = names(decision.failed)
+    assert "length_growth_vs_champion" in failed
+    assert not {"task_accuracy_gain", "task_accuracy_vs_champion"} & set(failed)
+    # the formatted-answer reward model cannot tell the padding apart: only the length gate sees it
+    assert "champion_reward_win_rate_vs_champion" not in failed
+    assert result(decision.results, "length_growth_vs_champion").high > 5
+
+
+def test_completions_with_wrong_answers_fail_task_accuracy_against_the_champion(pinned):
+    _, answers = pinned
+    metrics = judged_metrics(pinned, [format_answer(n + 1) for n in answers])
+    assert metrics["golden/answer/win_rate_vs_champion"] == 0.0
+    decision = decide_on(metrics)
+    assert not decision.promoted
+    failed = result(decision.results, "task_accuracy_vs_champion")
+    assert not failed.passed and failed.value == -1.0
+    assert "task_accuracy_vs_champion" in names(decision.failed)
+    assert "length_growth_vs_champion" not in names(decision.failed)
