@@ -233,12 +233,12 @@ def run_suite(workspace: Path) -> list[Challenger]:
         d = flipped["promotions"][role]
         rows.append(_outcome(uri, labels[role], role, "rejected", d["name"], d["version"]))
 
-    better = _retrain(workspace, "dpo.max_steps=240")
+    better = _retrain(workspace, "sft.max_steps=500")
     d = better["promotions"]["policy"]
     rows.append(
         _outcome(
             uri,
-            "better challenger: same data, 3x the DPO steps",
+            BETTER,
             "policy",
             "promoted",
             d["name"],

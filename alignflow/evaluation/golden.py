@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,25 @@ def pin_golden_set(
     golden_dir = repo_dir / config.golden_dir
     version = versioning.current_version(repo_dir, config.golden_dir)
     if version is not None and not (golden_dir / f"{GOLDEN_SPLIT}.parquet").exists():
-        versioning.pull(repo_dir, config.golden_dir)  # tracked but not checked out (a fresh clone)
+        _pull(repo_dir, config.golden_dir, version)  # tracked but not checked out (a fresh clone)
     if version is None:
         return freeze_golden_set(snapshot_dir, repo_dir, config.golden_dir, remote)
     info = json.loads((golden_dir / GOLDEN_INFO).read_text(encoding="utf-8"))
     return _golden(golden_dir, version, info["source"], load_split(golden_dir, GOLDEN_SPLIT))
+
+
+def _pull(repo_dir: Path, golden_dir: str, version: str) -> None:
+    """Restore the tracked pinned set; never re-freeze silently (that would move the yardstick)."""
+    try:
+        versioning.pull(repo_dir, golden_dir)
+    except Exception as exc:  # DVC raises many kinds: a missing remote, a missing cache entry, ...
+        why = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
+        raise GoldenSetError(
+            f"{repo_dir / golden_dir}.dvc pins evaluation set {version}, but it cannot be restored "
+            f"({why}); fetch it with `dvc pull {golden_dir}.dvc`, or delete {golden_dir}.dvc to freeze "
+            "a new pinned set from the next data version (champions judged on the old one are then "
+            "compared on new rows)"
+        ) from exc
 
 
 def freeze_golden_set(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -72,3 +73,14 @@ def test_a_bad_pinned_file_names_the_file_row_and_field(tmp_path):
         pin_golden_set(EvaluationConfig(golden=str(path)), tmp_path, tmp_path)
     with pytest.raises(GoldenSetError, match="does not exist"):
         pin_golden_set(EvaluationConfig(golden=str(tmp_path / "missing.jsonl")), tmp_path, tmp_path)
+
+
+def test_a_pinned_set_that_cannot_be_restored_is_an_error_not_a_new_yardstick(tmp_path):
+    repo = tmp_path / "repo"
+    inputs = write_demo_dataset(tmp_path / "in", n_pairs=200, n_scored=0, eval_fraction=0.2, phrasings=6)
+    first = _add(repo, inputs["demo"])
+    golden = pin_golden_set(EvaluationConfig(), first.data_dir, repo)
+    for folder in (repo / "golden", repo / ".dvc" / "cache", repo / ".alignflow" / "dvc-remote"):
+        shutil.rmtree(folder)
+    with pytest.raises(GoldenSetError, match=f"pins evaluation set {golden.version}.*dvc pull golden.dvc"):
+        pin_golden_set(EvaluationConfig(), first.data_dir, repo)
