@@ -58,7 +58,8 @@ def render_summary(summary: dict[str, Any]) -> None:
         table.add_row(
             stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["name"], stage["metrics"])
         )
-    console.print(table)
+    if summary["stages"]:
+        console.print(table)
     console.print(f"data version (DVC md5): [bold]{summary['data_version'] or 'none (not versioned)'}[/]")
     if summary.get("golden"):
         golden = summary["golden"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -102,25 +103,39 @@ def pin_golden_set(
     golden_dir = repo_dir / config.golden_dir
     version = versioning.current_version(repo_dir, config.golden_dir)
     if version is not None and not (golden_dir / f"{GOLDEN_SPLIT}.parquet").exists():
-        _pull(repo_dir, config.golden_dir, version)  # tracked but not checked out (a fresh clone)
+        # tracked but not checked out (a fresh clone)
+        _restore(repo_dir, config.golden_dir, version, snapshot_dir, remote)
     if version is None:
         return freeze_golden_set(snapshot_dir, repo_dir, config.golden_dir, remote)
     info = json.loads((golden_dir / GOLDEN_INFO).read_text(encoding="utf-8"))
     return _golden(golden_dir, version, info["source"], load_split(golden_dir, GOLDEN_SPLIT))
 
 
-def _pull(repo_dir: Path, golden_dir: str, version: str) -> None:
-    """Restore the tracked pinned set; never re-freeze silently (that would move the yardstick)."""
+def _restore(
+    repo_dir: Path, golden_dir: str, version: str, snapshot_dir: str | Path, remote: str | None
+) -> None:
+    """Bring back the tracked pinned set: from DVC, else rebuilt from this snapshot if that gives
+    the very same md5 (a fresh clone of a repo whose first data version is rebuilt, like the demo).
+
+    Never anything else: a different set would silently move the yardstick.
+    """
     try:
         versioning.pull(repo_dir, golden_dir)
+        return
     except Exception as exc:  # DVC raises many kinds: a missing remote, a missing cache entry, ...
         why = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
-        raise GoldenSetError(
-            f"{repo_dir / golden_dir}.dvc pins evaluation set {version}, but it cannot be restored "
-            f"({why}); fetch it with `dvc pull {golden_dir}.dvc`, or delete {golden_dir}.dvc to freeze "
-            "a new pinned set from the next data version (champions judged on the old one are then "
-            "compared on new rows)"
-        ) from exc
+    dvc_path = versioning.dvc_file(repo_dir, golden_dir)
+    pinned = dvc_path.read_text(encoding="utf-8")
+    if freeze_golden_set(snapshot_dir, repo_dir, golden_dir, remote).version == version:
+        return
+    dvc_path.write_text(pinned, encoding="utf-8")
+    shutil.rmtree(repo_dir / golden_dir, ignore_errors=True)
+    raise GoldenSetError(
+        f"{dvc_path} pins evaluation set {version}, but it cannot be restored ({why}) and this data "
+        f"version's eval split is another set; fetch it with `dvc pull {dvc_path.name}`, or delete "
+        f"{dvc_path.name} to freeze a new pinned set (champions judged on the old one are then compared "
+        "on new rows)"
+    )
 
 
 def freeze_golden_set(

@@ -75,12 +75,29 @@ def test_a_bad_pinned_file_names_the_file_row_and_field(tmp_path):
         pin_golden_set(EvaluationConfig(golden=str(tmp_path / "missing.jsonl")), tmp_path, tmp_path)
 
 
-def test_a_pinned_set_that_cannot_be_restored_is_an_error_not_a_new_yardstick(tmp_path):
+def _lose_every_copy(repo):
+    for folder in (repo / "golden", repo / ".dvc" / "cache", repo / ".alignflow" / "dvc-remote"):
+        shutil.rmtree(folder)
+
+
+def test_a_lost_pinned_set_is_rebuilt_only_when_the_rebuild_has_the_same_md5(tmp_path):
     repo = tmp_path / "repo"
     inputs = write_demo_dataset(tmp_path / "in", n_pairs=200, n_scored=0, eval_fraction=0.2, phrasings=6)
     first = _add(repo, inputs["demo"])
     golden = pin_golden_set(EvaluationConfig(), first.data_dir, repo)
-    for folder in (repo / "golden", repo / ".dvc" / "cache", repo / ".alignflow" / "dvc-remote"):
-        shutil.rmtree(folder)
+    _lose_every_copy(repo)  # a fresh clone: golden.dvc committed, its cache nowhere
+    assert pin_golden_set(EvaluationConfig(), first.data_dir, repo).version == golden.version
+
+
+def test_a_pinned_set_that_cannot_be_restored_is_an_error_not_a_new_yardstick(tmp_path):
+    repo = tmp_path / "repo"
+    inputs = write_demo_dataset(tmp_path / "in", n_pairs=200, n_scored=0, eval_fraction=0.2, phrasings=6)
+    golden = pin_golden_set(EvaluationConfig(), _add(repo, inputs["demo"]).data_dir, repo)
+    pinned = (repo / "golden.dvc").read_text()
+    other = write_demo_dataset(tmp_path / "other", n_pairs=150, n_scored=0, seed=5, phrasings=6)
+    second = _add(repo, other["pairs"], eval_fraction=0.5)
+    _lose_every_copy(repo)
     with pytest.raises(GoldenSetError, match=f"pins evaluation set {golden.version}.*dvc pull golden.dvc"):
-        pin_golden_set(EvaluationConfig(), first.data_dir, repo)
+        pin_golden_set(EvaluationConfig(), second.data_dir, repo)
+    assert (repo / "golden.dvc").read_text() == pinned, "the pin is kept for a later dvc pull"
+    assert not (repo / "golden").exists()
