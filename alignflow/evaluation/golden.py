@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from typing import Any
 from alignflow.data import versioning
 from alignflow.data.snapshot import load_split, write_split
 from alignflow.evaluation.config import EvaluationConfig
+from alignflow.logs import logger_level
 
 GOLDEN_SPLIT = "golden"
 GOLDEN_INFO = "golden.json"
@@ -120,7 +122,9 @@ def _restore(
     Never anything else: a different set would silently move the yardstick.
     """
     try:
-        versioning.pull(repo_dir, golden_dir)
+        # a missing cache is expected here (a fresh clone) and handled below: keep DVC's warnings quiet
+        with logger_level("dvc", logging.ERROR), logger_level("dvc_data", logging.ERROR):
+            versioning.pull(repo_dir, golden_dir)
         return
     except Exception as exc:  # DVC raises many kinds: a missing remote, a missing cache entry, ...
         why = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
