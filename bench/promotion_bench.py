@@ -63,7 +63,13 @@ def _stage_dirs(summary: dict[str, Any]) -> dict[str, str]:
 def _outcome(uri: str, label: str, role: str, expected: str, name: str, version: str) -> Challenger:
     from mlflow import MlflowClient
 
-    from alignflow.registry.promotion import DECISION_TAG, FAILED_GATES_TAG, GATES_TAG, recorded_metrics
+    from alignflow.registry.promotion import (
+        DECISION_TAG,
+        FAILED_GATES_TAG,
+        GATES_TAG,
+        GateResult,
+        recorded_metrics,
+    )
 
     tags = MlflowClient(uri).get_model_version(name, version).tags
     gates = json.loads(tags.get(GATES_TAG, "[]"))
@@ -75,18 +81,8 @@ def _outcome(uri: str, label: str, role: str, expected: str, name: str, version:
         version=str(version),
         decision=tags.get(DECISION_TAG, "none"),
         failed_gates=sorted(json.loads(tags.get(FAILED_GATES_TAG, "{}"))),
-        gates=[_gate_text(g) for g in gates],
+        gates=[f"{g['outcome']}: {GateResult(**g).describe()}" for g in gates],
         accuracy=metrics.get("golden/task_accuracy" if role == "policy" else "golden/reward_accuracy"),
-    )
-
-
-def _gate_text(gate: dict[str, Any]) -> str:
-    value = "missing" if gate["value"] is None else f"{gate['value']:.3g}"
-    interval = f" [{gate['low']:.3g}, {gate['high']:.3g}]" if gate.get("low") is not None else ""
-    n = f" n={gate['n']}" if gate.get("n") is not None else ""
-    bound = {"low": "low", "high": "high", "value": "value"}[gate["bound"]]
-    return (
-        f"{gate['name']} {value}{interval}{n} ({bound} {gate['op']} {gate['threshold']:g}): {gate['outcome']}"
     )
 
 

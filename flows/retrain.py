@@ -238,7 +238,7 @@ def label_judge(config: PipelineConfig, out_root: Path) -> dict[str, Any] | None
     name = registry_models.registered_name(config.project, "reward")
     metrics = recorded_metrics(uri, name, version)
     accuracy = metrics.get(REWARD_ACCURACY, metrics.get("eval/reward_accuracy"))
-    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy, "version": version}
+    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}
 
 
 def stop_run(summary: RunSummary, error: LabelDisagreement) -> None:
@@ -252,6 +252,38 @@ def stop_run(summary: RunSummary, error: LabelDisagreement) -> None:
 def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
     state = task_fn(**params, return_state=True)
     return {**state.result(), "cached": state.name == "Cached"}
+
+
+def _run_pipeline(
+    stages: Stages, config: PipelineConfig, summary: RunSummary, repo_dir: str, cfg_hash: str, force: bool
+) -> None:
+    """Data, then training and promotion; or nothing to do; or a stop by the poisoned-data check."""
+    source = data_source(config, repo_dir)
+    judge = label_judge(config, stages.out_root)
+    try:
+        data = stages.run(
+            "data", call=lambda: version_data(stages.config_json, source, repo_dir, stages.parent, judge)
+        )
+    except LabelDisagreement as error:
+        stop_run(summary, error)
+        return
+    stages.data = data
+    summary.golden = pin_golden(stages.config_json, data["data_dir"], repo_dir)
+    mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
+    summary.data_version = data["version"]
+    mlflow.set_tag(DATA_VERSION_TAG, data["version"])
+    mlflow.log_artifact(data["report_path"], "data")
+    mlflow.log_artifact(data["manifest_path"], "data")
+    champion = None if force else current_champion(config)
+    if champion is not None and trained_on(champion, data["version"], cfg_hash):
+        mark_nothing_to_do(summary, config, champion)
+        mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
+    else:
+        _train_and_promote(stages, config, summary, cfg_hash)
+        mlflow.set_tag(
+            OUTCOME_TAG,
+            "promoted" if summary.promotions.get("policy", {}).get("promoted") else "not_promoted",
+        )
 
 
 @flow(name="retrain", log_prints=False)
@@ -281,35 +313,7 @@ def retrain(
     ) as parent:
         summary.parent_run_id = parent.info.run_id
         stages = Stages(config, summary, parent.info.run_id, repo_dir)
-        source = data_source(config, repo_dir)
-        judge = label_judge(config, stages.out_root)
-        try:
-            data = stages.run(
-                "data",
-                call=lambda: version_data(stages.config_json, source, repo_dir, parent.info.run_id, judge),
-            )
-        except LabelDisagreement as error:
-            stop_run(summary, error)
-            summary.wall_seconds = time.perf_counter() - started
-            mlflow.log_dict(summary.to_dict(), "summary.json")
-            return summary.to_dict()
-        stages.data = data
-        summary.golden = pin_golden(stages.config_json, data["data_dir"], repo_dir)
-        mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
-        summary.data_version = data["version"]
-        mlflow.set_tag(DATA_VERSION_TAG, data["version"])
-        mlflow.log_artifact(data["report_path"], "data")
-        mlflow.log_artifact(data["manifest_path"], "data")
-        champion = None if force else current_champion(config)
-        if champion is not None and trained_on(champion, data["version"], cfg_hash):
-            mark_nothing_to_do(summary, config, champion)
-            mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
-        else:
-            _train_and_promote(stages, config, summary, cfg_hash)
-            mlflow.set_tag(
-                OUTCOME_TAG,
-                "promoted" if summary.promotions.get("policy", {}).get("promoted") else "not_promoted",
-            )
+        _run_pipeline(stages, config, summary, repo_dir, cfg_hash, force)
         summary.wall_seconds = time.perf_counter() - started
         mlflow.log_metrics(
             {

@@ -32,11 +32,11 @@ _HEADLINE = {
 
 
 def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
+    from alignflow.evaluation.intervals import is_bound_key
+
     headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
     rest = [
-        k
-        for k in metrics
-        if k not in headline and not any(n in k for n in _NOISE) and not k.endswith(("/low", "/high", "/n"))
+        k for k in metrics if k not in headline and not any(n in k for n in _NOISE) and not is_bound_key(k)
     ]
     shown = (headline + rest)[: max(limit, len(headline))]
     # held-out figures go by their bare name; any other scope stays (train accuracy is not accuracy)

@@ -56,13 +56,16 @@ def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> 
 
 def gate_table(decision, title: str) -> Table:
     """Every gate: the value, its 95% interval and judged rows, the bound that decides, the verdict."""
+    from alignflow.registry.promotion import BOUND_NAMES
+
     table = Table("gate", "value", "95% interval", "n", "decides on", "needs", "outcome", title=title)
     for r in decision.results:
         value = "missing" if r.value is None else f"{r.value:.4g}"
         outcome = "[green]passed[/green]" if r.passed else f"[red]{r.outcome}[/red]"
-        bound = {"low": "lower bound", "high": "upper bound", "value": "value"}[r.bound]
         n = "" if r.n is None else str(r.n)
-        table.add_row(r.name, value, r.interval(), n, bound, f"{r.op} {r.threshold:g}", outcome)
+        table.add_row(
+            r.name, value, r.interval(), n, BOUND_NAMES[r.bound], f"{r.op} {r.threshold:g}", outcome
+        )
     return table
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from alignflow.data.checks import as_text
 from alignflow.evaluation.intervals import Estimate, wilson
 
 LABEL_DISAGREEMENT = "label_disagreement"
@@ -73,12 +74,6 @@ class LabelDisagreement(RuntimeError):
         self.report_path = report_path
 
 
-def _text(value: Any) -> Any:
-    from alignflow.models.prompting import completion_text
-
-    return completion_text(value)
-
-
 def check_label_agreement(
     records: Sequence[dict[str, Any]],
     scorer: Scorer,
@@ -89,21 +84,22 @@ def check_label_agreement(
     num_examples: int = 5,
 ) -> LabelCheck | None:
     """Score up to ``max_pairs`` of the new pairs; None when there are no pairs to check."""
-    pairs = [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None]
+    from alignflow.evaluation.metrics import preference_pairs, score_pairs
+    from alignflow.models.prompting import completion_text
+
+    pairs = preference_pairs(records)
     if not pairs:
         return None
     if len(pairs) > max_pairs:
         pairs = random.Random(seed).sample(pairs, max_pairs)
-    prompts = [p["prompt"] for p in pairs]
-    chosen = scorer(prompts, [_text(p["chosen"]) for p in pairs])
-    rejected = scorer(prompts, [_text(p["rejected"]) for p in pairs])
+    chosen, rejected = score_pairs(scorer, pairs)
     agree = [c > r for c, r in zip(chosen, rejected, strict=True)]
     disagreeing = [
         {
             "id": p.get("id"),
-            "prompt": _text(p["prompt"]) if not isinstance(p["prompt"], str) else p["prompt"],
-            "chosen": _text(p["chosen"]),
-            "rejected": _text(p["rejected"]),
+            "prompt": as_text(p["prompt"]),
+            "chosen": completion_text(p["chosen"]),
+            "rejected": completion_text(p["rejected"]),
             "reward_chosen": float(c),
             "reward_rejected": float(r),
         }

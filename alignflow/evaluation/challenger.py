@@ -16,42 +16,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from alignflow.data.checks import as_text
 from alignflow.data.demo import task_accuracy
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import (
-    Estimate,
     bootstrap_mean,
     paired_bootstrap_difference,
     paired_bootstrap_ratio,
+    put_estimate,
     wilson_of,
 )
 from alignflow.evaluation.judges import Judge, Scorer
-from alignflow.evaluation.metrics import completion_lengths
+from alignflow.evaluation.metrics import completion_lengths, score_pairs
 from alignflow.evaluation.report import EvalReport
-from alignflow.models.prompting import completion_text
 
 GOLDEN = "golden"
-BOUND_SUFFIXES = ("low", "high", "n")
 
 
 def golden_key(name: str) -> str:
     return f"{GOLDEN}/{name}"
-
-
-def put_estimate(metrics: dict[str, float | None], key: str, estimate: Estimate) -> None:
-    """Store an estimate flat: the value under ``key``, its bounds and n beside it."""
-    metrics[key] = estimate.value
-    metrics[f"{key}/low"] = estimate.low
-    metrics[f"{key}/high"] = estimate.high
-    metrics[f"{key}/n"] = float(estimate.n)
-
-
-def estimate_of(metrics: Mapping[str, float | None], key: str) -> Estimate | None:
-    """The estimate stored by :func:`put_estimate`, or None when ``key`` has no interval."""
-    if f"{key}/n" not in metrics:
-        return None
-    n = metrics.get(f"{key}/n")
-    return Estimate(metrics.get(key), metrics.get(f"{key}/low"), metrics.get(f"{key}/high"), int(n or 0), "")
 
 
 def _answer_scores(
@@ -106,7 +89,7 @@ def judge_policy_completions(
             put_estimate(metrics, golden_key(f"{name}/win_rate_vs_{against}"), rate)
     samples = []
     for i, prompt in enumerate(prompts[:num_samples]):
-        row = {"prompt": prompt if isinstance(prompt, str) else completion_text(prompt)}
+        row = {"prompt": as_text(prompt)}
         row |= {"policy": policy[i], "reference": reference[i]}
         row |= {"champion": champion[i]} if champion is not None else {}
         row |= {"answer": answers[i]} if answers[i] is not None else {}
@@ -117,9 +100,7 @@ def judge_policy_completions(
 
 def reward_pair_outcomes(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> list[float]:
     """1.0 where the reward model ranks the labelled chosen response above the rejected one."""
-    prompts = [p["prompt"] for p in pairs]
-    chosen = scorer(prompts, [completion_text(p["chosen"]) for p in pairs])
-    rejected = scorer(prompts, [completion_text(p["rejected"]) for p in pairs])
+    chosen, rejected = score_pairs(scorer, pairs)
     return [1.0 if c > r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from alignflow.data.checks import as_text
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
 from alignflow.evaluation.kl import sampled_kl
@@ -21,10 +22,12 @@ from alignflow.evaluation.metrics import (
     length_growth_ratio,
     mean,
     normalised_mean_reward,
+    preference_pairs,
     reward_model_metrics,
+    score_pairs,
 )
 from alignflow.evaluation.report import EvalReport
-from alignflow.models.prompting import completion_text, generate
+from alignflow.models.prompting import generate
 
 
 def _raw(scorer: Scorer) -> Scorer:
@@ -33,7 +36,7 @@ def _raw(scorer: Scorer) -> Scorer:
 
 
 def held_out_pairs(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None][:limit]
+    return preference_pairs(records)[:limit]
 
 
 def held_out_prompts(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
@@ -61,10 +64,7 @@ def evaluate_reward_model(
         raise ValueError(
             "no held-out pairs (kind='pair' with chosen/rejected) to evaluate the reward model on"
         )
-    prompts = [p["prompt"] for p in pairs]
-    raw = _raw(scorer)
-    chosen = raw(prompts, [completion_text(p["chosen"]) for p in pairs])
-    rejected = raw(prompts, [completion_text(p["rejected"]) for p in pairs])
+    chosen, rejected = score_pairs(_raw(scorer), pairs)
     return EvalReport(
         metrics=reward_model_metrics(chosen, rejected),
         series={"reward/chosen": list(chosen), "reward/rejected": list(rejected)},
@@ -127,9 +127,7 @@ def evaluate_policy_completions(
         metrics["eval/reference_reward_mean"] = mean(reference_scores)
         pairs = held_out_pairs(pair_records, config.max_pairs)
         if pairs:
-            pair_prompts = [p["prompt"] for p in pairs]
-            chosen = scorer(pair_prompts, [completion_text(p["chosen"]) for p in pairs])
-            rejected = scorer(pair_prompts, [completion_text(p["rejected"]) for p in pairs])
+            chosen, rejected = score_pairs(scorer, pairs)
             metrics["eval/normalised_reward"] = normalised_mean_reward(policy_scores, chosen, rejected)
     lengths = completion_lengths(policy, tokenizer)
     reference_lengths = completion_lengths(reference, tokenizer)
@@ -149,7 +147,7 @@ def evaluate_policy_completions(
     if champion is not None:
         metrics["eval/champion_task_accuracy"] = answer_accuracy(champion, metadata)
     samples = [
-        {"prompt": completion_text(p) if not isinstance(p, str) else p, "policy": a, "reference": b}
+        {"prompt": as_text(p), "policy": a, "reference": b}
         | ({"champion": champion[i]} if champion is not None else {})
         | ({"answer": metadata[i].get("answer")} if metadata[i] else {})
         for i, (p, a, b) in enumerate(zip(prompts, policy, reference, strict=True))

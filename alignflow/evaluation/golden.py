@@ -21,6 +21,7 @@ from typing import Any
 
 from alignflow.data import versioning
 from alignflow.data.snapshot import load_split, write_split
+from alignflow.data.split import prompt_key
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.logs import logger_level
 
@@ -74,22 +75,19 @@ def _validated_file_records(path: Path) -> list[dict[str, Any]]:
 
 
 def _counts(records: list[dict[str, Any]]) -> dict[str, int]:
-    prompts = {json.dumps(r.get("prompt"), sort_keys=True) for r in records if r.get("prompt") is not None}
+    """Distinct prompts, distinct prompts with a reference answer, and labelled pairs."""
+    from alignflow.evaluation.metrics import preference_pairs
+
+    prompts = {prompt_key(r["prompt"]) for r in records if r.get("prompt") is not None}
     answers = {
-        json.dumps(r.get("prompt"), sort_keys=True)
-        for r in records
-        if (r.get("metadata") or {}).get("answer") is not None
+        prompt_key(r["prompt"]) for r in records if (r.get("metadata") or {}).get("answer") is not None
     }
-    pairs = sum(1 for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None)
-    return {"prompts": len(prompts), "answers": len(answers), "pairs": pairs}
+    return {"prompts": len(prompts), "answers": len(answers), "pairs": len(preference_pairs(records))}
 
 
 def _file_md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "md5").hexdigest()
 
 
 def pin_golden_set(
@@ -100,8 +98,8 @@ def pin_golden_set(
     if config.golden:
         path = Path(config.golden)
         path = path if path.is_absolute() else repo_dir / path
-        records = _validated_file_records(path)
-        return _golden(path, _file_md5(path), f"file {path}", records)
+        counts = _counts(_validated_file_records(path))  # validated first: it names a missing file
+        return _golden(path, _file_md5(path), f"file {path}", counts)
     golden_dir = repo_dir / config.golden_dir
     version = versioning.current_version(repo_dir, config.golden_dir)
     if version is not None and not (golden_dir / f"{GOLDEN_SPLIT}.parquet").exists():
@@ -109,8 +107,9 @@ def pin_golden_set(
         _restore(repo_dir, config.golden_dir, version, snapshot_dir, remote)
     if version is None:
         return freeze_golden_set(snapshot_dir, repo_dir, config.golden_dir, remote)
-    info = json.loads((golden_dir / GOLDEN_INFO).read_text(encoding="utf-8"))
-    return _golden(golden_dir, version, info["source"], load_split(golden_dir, GOLDEN_SPLIT))
+    info = json.loads((golden_dir / GOLDEN_INFO).read_text(encoding="utf-8"))  # written when frozen
+    counts = {k: info[k] for k in ("prompts", "answers", "pairs")}
+    return _golden(golden_dir, version, info["source"], counts)
 
 
 def _restore(
@@ -155,16 +154,16 @@ def freeze_golden_set(
     write_split(target, GOLDEN_SPLIT, records)
     source_version = versioning.current_version(repo_dir, Path(snapshot_dir).name) or "unknown"
     source = f"eval split of data version {source_version}"
-    info = {"source": source, **_counts(records)}
+    counts = _counts(records)
+    info = {"source": source, **counts}
     (target / GOLDEN_INFO).write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
     versioning.ensure_repo(repo_dir, remote)
     version = versioning.track(repo_dir, golden_dir)
     versioning.push(repo_dir, golden_dir)
-    return _golden(target, version, source, records)
+    return _golden(target, version, source, counts)
 
 
-def _golden(path: Path, version: str, source: str, records: list[dict[str, Any]]) -> GoldenSet:
-    counts = _counts(records)
+def _golden(path: Path, version: str, source: str, counts: dict[str, int]) -> GoldenSet:
     if not counts["prompts"]:
         raise GoldenSetError(f"{path}: the pinned set has no prompts to judge on")
     return GoldenSet(str(path), version, source, **counts)

@@ -44,6 +44,23 @@ class Estimate:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] n={self.n}"
 
 
+# an estimate stored flat among metrics: the value under its key, the interval and n beside it
+BOUND_SUFFIXES = ("/low", "/high", "/n")
+
+
+def is_bound_key(key: str) -> bool:
+    """Whether a metric key is an interval bound or a row count, not a figure of its own."""
+    return key.endswith(BOUND_SUFFIXES)
+
+
+def put_estimate(metrics: dict[str, float | None], key: str, estimate: Estimate) -> None:
+    """Store an estimate flat: the value under ``key``, its bounds and n beside it."""
+    metrics[key] = estimate.value
+    metrics[f"{key}/low"] = estimate.low
+    metrics[f"{key}/high"] = estimate.high
+    metrics[f"{key}/n"] = float(estimate.n)
+
+
 def _z(confidence: float) -> float:
     from statistics import NormalDist
 

@@ -11,6 +11,22 @@ from typing import Any
 
 from alignflow.data.demo import task_accuracy
 from alignflow.evaluation.calibration import pairwise_report
+from alignflow.models.prompting import completion_text
+
+
+def preference_pairs(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The labelled pairs among canonical records (scored and prompt-only rows are not pairs)."""
+    return [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None]
+
+
+def score_pairs(
+    scorer: Callable[[Sequence[Any], Sequence[Any]], list[float]], pairs: Sequence[Mapping[str, Any]]
+) -> tuple[list[float], list[float]]:
+    """A reward model's scores of each pair's chosen and rejected response."""
+    prompts = [p["prompt"] for p in pairs]
+    chosen = scorer(prompts, [completion_text(p["chosen"]) for p in pairs])
+    rejected = scorer(prompts, [completion_text(p["rejected"]) for p in pairs])
+    return list(chosen), list(rejected)
 
 
 def mean(values: Sequence[float]) -> float | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from alignflow.evaluation.intervals import is_bound_key
 from alignflow.registry.tracking import log_metrics
 
 
@@ -43,9 +44,7 @@ def _cell(value: Any) -> str:
 def _side_by_side(metrics: dict[str, float | None]) -> list[str]:
     """Pinned-set figures (with their intervals) beside the same figure on this run's eval split."""
     names = sorted(
-        k.removeprefix("golden/")
-        for k in metrics
-        if k.startswith("golden/") and not k.endswith(("/low", "/high", "/n"))
+        k.removeprefix("golden/") for k in metrics if k.startswith("golden/") and not is_bound_key(k)
     )
     if not names:
         return []

@@ -17,11 +17,12 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from mlflow import MlflowClient
 
+from alignflow.evaluation.intervals import BOUND_SUFFIXES
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.promotion_config import PromotionConfig
 
@@ -54,6 +55,7 @@ INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 
 Op = Literal[">=", "<=", ">"]
 Bound = Literal["low", "high", "value"]
+BOUND_NAMES: dict[str, str] = {"low": "lower bound", "high": "upper bound", "value": "value"}
 Role = Literal["policy", "reward"]
 
 
@@ -86,6 +88,7 @@ class GateResult:
 
     @property
     def decisive(self) -> float | None:
+        """The number the gate decides on: the interval's low or high end, or the value."""
         return {"low": self.low, "high": self.high, "value": self.value}[self.bound]
 
     def interval(self) -> str:
@@ -99,8 +102,7 @@ class GateResult:
         shown = f"{self.value:.4g} {self.interval()}".strip() + (f" n={self.n}" if self.n is not None else "")
         if self.outcome == INSUFFICIENT_EVIDENCE:
             return f"{self.name}: {INSUFFICIENT_EVIDENCE} ({shown})"
-        which = {"low": "lower bound", "high": "upper bound", "value": "value"}[self.bound]
-        return f"{self.name}: {shown}, {which} needs {self.op} {self.threshold:g}"
+        return f"{self.name}: {shown}, {BOUND_NAMES[self.bound]} needs {self.op} {self.threshold:g}"
 
 
 @dataclass(frozen=True)
@@ -243,36 +245,21 @@ def check_gates(metrics: Mapping[str, float], gates: list[Gate], min_rows: int =
     A missing metric (or a missing bound) fails its gate; an interval built on fewer than
     ``min_rows`` judged rows fails as ``insufficient_evidence``, whatever it says.
     """
-    results = []
-    for gate in gates:
-        value = _number(metrics, gate.metric)
-        low, high = _number(metrics, f"{gate.metric}/low"), _number(metrics, f"{gate.metric}/high")
-        n_raw = _number(metrics, f"{gate.metric}/n")
-        n = None if n_raw is None else int(n_raw)
-        decisive = {"low": low, "high": high, "value": value}[gate.bound]
-        if value is None or decisive is None:
-            outcome, passed = "missing", False
-        elif gate.bound != "value" and (n is None or n < min_rows):
-            outcome, passed = INSUFFICIENT_EVIDENCE, False
-        else:
-            passed = _passes(decisive, gate.op, gate.threshold)
-            outcome = "passed" if passed else "failed"
-        results.append(
-            GateResult(
-                gate.name,
-                gate.metric,
-                gate.op,
-                gate.threshold,
-                gate.bound,
-                value,
-                low,
-                high,
-                n,
-                passed,
-                outcome,
-            )
-        )
-    return results
+    return [_judge_gate(gate, metrics, min_rows) for gate in gates]
+
+
+def _judge_gate(gate: Gate, metrics: Mapping[str, float], min_rows: int) -> GateResult:
+    value, low, high, rows = (_number(metrics, gate.metric + suffix) for suffix in ("", *BOUND_SUFFIXES))
+    n = None if rows is None else int(rows)
+    result = GateResult(
+        gate.name, gate.metric, gate.op, gate.threshold, gate.bound, value, low, high, n, False, "missing"
+    )
+    if value is None or result.decisive is None:
+        return result
+    if gate.bound != "value" and (n is None or n < min_rows):
+        return replace(result, outcome=INSUFFICIENT_EVIDENCE)
+    passed = _passes(result.decisive, gate.op, gate.threshold)
+    return replace(result, passed=passed, outcome="passed" if passed else "failed")
 
 
 def decide(
