@@ -8,67 +8,13 @@ injects its own :class:`~alignflow.service.jobs.TrainingLauncher` instead.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 from pathlib import Path
 from typing import Any
 
+from alignflow.data.feedback import write_feedback_snapshot
 from alignflow.service.jobs import TrainingOutcome, TrainingRequest
 from alignflow.service.policies import record_training
-
-
-def _split_of(prompt: str, eval_fraction: float) -> str:
-    """Deterministic by prompt, so a prompt never sits in both splits."""
-    bucket = int(hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "eval" if bucket < eval_fraction else "train"
-
-
-def canonical_from_export(record: dict[str, Any]) -> dict[str, Any]:
-    """An export line (scored or pairwise feedback) as a snapshot record."""
-    common = {
-        "id": record["id"],
-        "prompt": record["prompt"],
-        "source": record.get("source"),
-        "metadata": record.get("metadata") or {},
-    }
-    if "chosen" in record:
-        return {**common, "kind": "pair", "chosen": record["chosen"], "rejected": record["rejected"]}
-    return {**common, "kind": "scored", "completion": record["response"], "score": float(record["score"])}
-
-
-def write_feedback_snapshot(export_path: Path, data_dir: Path, eval_fraction: float = 0.1) -> str:
-    """Turn a feedback export into a snapshot directory; returns its data version (content hash).
-
-    Feedback was validated field by field when the API accepted it, so every row is kept.
-    """
-    from alignflow.data.snapshot import write_manifest, write_split
-
-    raw = export_path.read_bytes()
-    records = [canonical_from_export(json.loads(line)) for line in raw.decode("utf-8").splitlines() if line]
-    splits: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
-    for record in records:
-        splits[_split_of(record["prompt"], eval_fraction)].append(record)
-    if not splits["eval"] and len(splits["train"]) > 1:
-        splits["eval"].append(splits["train"].pop())
-    for name, rows in splits.items():
-        write_split(data_dir, name, rows)
-    write_split(data_dir, "quarantine", [])
-    version = hashlib.md5(raw).hexdigest()
-    write_manifest(
-        data_dir,
-        {
-            "source": str(export_path),
-            "data_version": version,
-            "counts": {
-                "input": len(records),
-                "train": len(splits["train"]),
-                "eval": len(splits["eval"]),
-                "quarantine": 0,
-            },
-        },
-    )
-    return version
 
 
 def run_library_stage(stage: str, config: Any, data_dir: Path, output_dir: Path) -> Any:

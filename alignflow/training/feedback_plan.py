@@ -1,0 +1,108 @@
+"""Which reward model and policy algorithm fit a body of human feedback.
+
+Feedback comes in two kinds (spec 002 and the data contract): ratings of one response
+(``prompt, response, score``) and comparisons (``prompt, chosen, rejected``). The plan
+follows the data unless the caller names an algorithm:
+
+- ratings only  -> a score-regression reward model (MSE) and PPO on the rated prompts;
+- comparisons   -> a Bradley-Terry reward model and DPO (after SFT on the chosen answers);
+- both          -> one reward model trained on both (MSE on ratings + Bradley-Terry on
+                   comparisons) and PPO on every prompt, so each kind shapes the policy.
+
+A named algorithm that cannot work on the data (DPO with no pair anywhere) is refused
+here, before any job starts, with a message that says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from alignflow.training.ppo_config import REWARD_STAGE_REF
+
+Algorithm = Literal["dpo", "ppo", "grpo"]
+RewardMode = Literal["pairwise", "regression", "mixed"]
+ALGORITHMS: tuple[str, ...] = ("dpo", "ppo", "grpo")
+
+
+class PlanError(ValueError):
+    """The feedback cannot train what was asked for; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class FeedbackCounts:
+    """How much of each kind of feedback there is, and the pairs ratings form per prompt."""
+
+    scored: int = 0
+    pairwise: int = 0
+    formed_pairs: int = 0  # two ratings of one prompt with different scores make a pair
+
+    @property
+    def pairs(self) -> int:
+        return self.pairwise + self.formed_pairs
+
+    @classmethod
+    def of(cls, records: Iterable[Mapping[str, Any]]) -> FeedbackCounts:
+        """Count canonical or exported records (``chosen`` marks a comparison; ``score`` a rating)."""
+        scored, pairwise = 0, 0
+        scores_by_prompt: dict[str, set[float]] = {}
+        for record in records:
+            if "chosen" in record:
+                pairwise += 1
+            elif record.get("score") is not None:
+                scored += 1
+                scores_by_prompt.setdefault(repr(record["prompt"]), set()).add(float(record["score"]))
+        formed = sum(len(s) * (len(s) - 1) // 2 for s in scores_by_prompt.values())
+        return cls(scored=scored, pairwise=pairwise, formed_pairs=formed)
+
+
+@dataclass(frozen=True)
+class FeedbackPlan:
+    """A reward-model mode, a policy algorithm and whether SFT runs first."""
+
+    reward_mode: RewardMode
+    algorithm: Algorithm
+    run_sft: bool
+
+    def overrides(self) -> list[str]:
+        """The plan as pipeline-config overrides (``key=value``)."""
+        items = [
+            f"reward.mode={self.reward_mode}",
+            f"policy.algorithm={self.algorithm}",
+            f"policy.run_sft={str(self.run_sft).lower()}",
+        ]
+        if self.algorithm == "ppo":
+            items += [f"ppo.reward_model={REWARD_STAGE_REF}", "ppo.verifiable_rewards=[]"]
+        if self.algorithm == "grpo":
+            items.append(f"grpo.reward_functions=[{{kind: reward_model, path: '{REWARD_STAGE_REF}'}}]")
+        return items
+
+    def describe(self) -> str:
+        sft = "SFT, then " if self.run_sft else ""
+        return f"{self.reward_mode} reward model; {sft}{self.algorithm.upper()}"
+
+
+def reward_mode_for(counts: FeedbackCounts) -> RewardMode:
+    if counts.scored and counts.pairwise:
+        return "mixed"
+    return "regression" if counts.scored else "pairwise"
+
+
+def plan_for(counts: FeedbackCounts, algorithm: str | None = None) -> FeedbackPlan:
+    """The plan for this feedback; ``algorithm`` (one of :data:`ALGORITHMS`) overrides the choice."""
+    if counts.scored + counts.pairwise == 0:
+        raise PlanError("there is no feedback to train on")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise PlanError(f"algorithm {algorithm!r} is not one of {list(ALGORITHMS)}")
+    mode = reward_mode_for(counts)
+    chosen = algorithm or ("dpo" if mode == "pairwise" else "ppo")
+    if chosen == "dpo" and counts.pairs == 0:
+        raise PlanError(
+            f"algorithm 'dpo' needs preference pairs, and this feedback has none: {counts.scored} "
+            "ratings, no two of them of one prompt with different scores, and no comparisons; "
+            "use 'ppo' or 'grpo' (they learn from a reward model trained on the ratings)"
+        )
+    # DPO starts from a model fine-tuned on the chosen answers of comparisons; PPO and GRPO
+    # start from the base model, as spec 002's pipeline does, and need no answer to imitate
+    return FeedbackPlan(reward_mode=mode, algorithm=chosen, run_sft=chosen == "dpo" and counts.pairwise > 0)
