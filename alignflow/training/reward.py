@@ -7,7 +7,8 @@ measures accuracy, margin and calibration (ECE) on held-out pairs and saves the 
 mean/std beside the weights for downstream normalisation.
 
 - one objective, pairwise: TRL's RewardTrainer;
-- regression (scores in [0, 1], MSE) or several weighted objectives: :class:`HeadsRewardTrainer`.
+- regression (scores in [0, 1], MSE), mixed (MSE on ratings + Bradley-Terry on pairs, one
+  head) or several weighted objectives: :class:`HeadsRewardTrainer`.
   Multi-objective targets come from ``metadata["scores"][name]`` (regression) or
   ``metadata["preferences"][name]`` in {1, -1, 0} (pairwise; default 1 = chosen wins).
 """
@@ -50,26 +51,35 @@ class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):
 
 
 class HeadsRewardTrainer(StageTrainerMixin, Trainer):
-    """Weighted per-objective losses: MSE on scores, or Bradley-Terry per objective on pairs."""
+    """Weighted per-objective losses: MSE on scores, Bradley-Terry on pairs, or both (mixed)."""
 
-    def __init__(self, *args, weights: list[float], mode: str, pad_id: int, **kwargs):
+    def __init__(self, *args, weights: list[float], **kwargs):
         super().__init__(*args, **kwargs)
         self.weights = torch.tensor(weights, dtype=torch.float32)
-        self.mode = mode
-        self.pad_id = pad_id
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        w = self.weights.to(inputs["targets"].device)
         logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.float()
-        if self.mode == "regression":
-            per_objective = ((logits - inputs["targets"]) ** 2).mean(dim=0)
-        else:
-            chosen, rejected = logits.chunk(2, dim=0)
-            prefs = inputs["targets"]
-            nll = -F.logsigmoid(prefs * (chosen - rejected)) * (prefs != 0)
-            per_objective = nll.sum(dim=0) / (prefs != 0).sum(dim=0).clamp_min(1)
+        n_scored = int(inputs["n_scored"])
+        per_objective = torch.zeros(logits.shape[-1], device=logits.device)
+        if n_scored:
+            per_objective = per_objective + regression_loss(logits[:n_scored], inputs["score_targets"])
+        if logits.shape[0] > n_scored:
+            per_objective = per_objective + pairwise_loss(logits[n_scored:], inputs["pair_targets"])
+        w = self.weights.to(logits.device)
         loss = (per_objective * w).sum() / w.abs().sum()
         return (loss, logits) if return_outputs else loss
+
+
+def regression_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-objective MSE of predicted against given scores."""
+    return ((logits - targets) ** 2).mean(dim=0)
+
+
+def pairwise_loss(logits: torch.Tensor, prefs: torch.Tensor) -> torch.Tensor:
+    """Per-objective Bradley-Terry NLL; rows are chosen-then-rejected, ``prefs`` in {1, -1, 0}."""
+    chosen, rejected = logits.chunk(2, dim=0)
+    nll = -F.logsigmoid(prefs * (chosen - rejected)) * (prefs != 0)
+    return nll.sum(dim=0) / (prefs != 0).sum(dim=0).clamp_min(1)
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,17 +92,27 @@ def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
     return ids, mask
 
 
-def heads_collator(pad_id: int, mode: str):
-    """Batches for :class:`HeadsRewardTrainer` (pairs are stacked chosen-then-rejected)."""
+def heads_collator(pad_id: int):
+    """Batches for :class:`HeadsRewardTrainer`: rated rows first, then pairs (chosen, then rejected).
+
+    Each example says what it is (``input_ids`` for a rating, ``chosen_ids``/``rejected_ids``
+    for a pair), so regression, pairwise and mixed batches share one collator.
+    """
 
     def collate(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        if mode == "regression":
-            rows = [e["input_ids"] for e in examples]
-        else:
-            rows = [e["chosen_ids"] for e in examples] + [e["rejected_ids"] for e in examples]
+        scored = [e for e in examples if e.get("input_ids")]
+        pairs = [e for e in examples if e.get("chosen_ids")]
+        rows = [e["input_ids"] for e in scored] + [e["chosen_ids"] for e in pairs]
+        rows += [e["rejected_ids"] for e in pairs]
         ids, mask = _pad(rows, pad_id)
-        targets = torch.tensor([e["targets"] for e in examples], dtype=torch.float32)
-        return {"input_ids": ids, "attention_mask": mask, "targets": targets}
+        width = len(examples[0]["targets"])
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "n_scored": torch.tensor(len(scored)),
+            "score_targets": torch.tensor([e["targets"] for e in scored], dtype=torch.float32).view(-1, width),
+            "pair_targets": torch.tensor([e["targets"] for e in pairs], dtype=torch.float32).view(-1, width),
+        }
 
     return collate
 
@@ -107,31 +127,45 @@ def objective_targets(record: dict[str, Any], names: list[str], mode: str) -> li
     return [float(prefs.get(n, 1.0)) for n in names]
 
 
-def encode_pairs(pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]) -> Dataset:
-    rows = []
-    for p in pairs:
-        rows.append(
-            {
-                "chosen_ids": encode_for_reward(tokenizer, p["prompt"], p["chosen"], max_length),
-                "rejected_ids": encode_for_reward(tokenizer, p["prompt"], p["rejected"], max_length),
-                "targets": objective_targets(p, names, "pairwise"),
-            }
-        )
-    return Dataset.from_list(rows)
+def encode_pairs(pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]) -> list[dict]:
+    """Comparison rows for the reward trainers (``input_ids`` empty: not a rating)."""
+    return [
+        {
+            "input_ids": [],
+            "chosen_ids": encode_for_reward(tokenizer, p["prompt"], p["chosen"], max_length),
+            "rejected_ids": encode_for_reward(tokenizer, p["prompt"], p["rejected"], max_length),
+            "targets": objective_targets(p, names, "pairwise"),
+        }
+        for p in pairs
+    ]
 
 
-def encode_scored(
-    records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]
+def encode_scored(records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]) -> list[dict]:
+    """Rating rows for :class:`HeadsRewardTrainer` (``chosen_ids`` empty: not a pair)."""
+    return [
+        {
+            "input_ids": encode_for_reward(tokenizer, r["prompt"], r["completion"], max_length),
+            "chosen_ids": [],
+            "rejected_ids": [],
+            "targets": objective_targets(r, names, "regression"),
+        }
+        for r in records
+    ]
+
+
+def heads_rows(
+    stage: Any, data_dir: str | Path, train_pairs: list[dict[str, Any]], tokenizer: Any, names: list[str]
 ) -> Dataset:
-    return Dataset.from_list(
-        [
-            {
-                "input_ids": encode_for_reward(tokenizer, r["prompt"], r["completion"], max_length),
-                "targets": objective_targets(r, names, "regression"),
-            }
-            for r in records
-        ]
-    )
+    """What :class:`HeadsRewardTrainer` fits: ratings (regression), pairs (pairwise) or both (mixed)."""
+    rows: list[dict] = []
+    if stage.mode in ("regression", "mixed"):
+        scored = _scored_rows(data_dir, "train")
+        if stage.mode == "regression":
+            require_rows(scored, data_dir, "train", "scored")
+        rows += encode_scored(scored, tokenizer, stage.max_length, names)
+    if stage.mode in ("pairwise", "mixed"):
+        rows += encode_pairs(train_pairs, tokenizer, stage.max_length, names)
+    return Dataset.from_list(require_rows(rows, data_dir, "train", f"{stage.mode} reward"))
 
 
 def resolve_backbone(
@@ -178,7 +212,8 @@ def run_reward(
     lora = peft_config(config.model, task_type="SEQ_CLS")
     if stage.mode == "pairwise" and len(names) == 1:
         require_rows(train_pairs, data_dir, "train", "pair/scored")
-        train_ds = encode_pairs(train_pairs, tokenizer, stage.max_length, names).remove_columns("targets")
+        encoded = encode_pairs(train_pairs, tokenizer, stage.max_length, names)
+        train_ds = Dataset.from_list(encoded).remove_columns(["targets", "input_ids"])
         if stage.use_margin:
             train_ds = train_ds.add_column("margin", [float(p.get("margin") or 0.0) for p in train_pairs])
         args = dict(base_args, max_length=None, center_rewards_coefficient=stage.center_rewards_coefficient)
@@ -192,13 +227,7 @@ def run_reward(
             callbacks=callbacks,
         )
     else:
-        if stage.mode == "regression":
-            scored = require_rows(_scored_rows(data_dir, "train"), data_dir, "train", "scored")
-            train_ds = encode_scored(scored, tokenizer, stage.max_length, names)
-        else:
-            train_ds = encode_pairs(
-                require_rows(train_pairs, data_dir, "train", "pair"), tokenizer, stage.max_length, names
-            )
+        train_ds = heads_rows(stage, data_dir, train_pairs, tokenizer, names)
         if lora is not None:
             from peft import get_peft_model
 
@@ -209,12 +238,10 @@ def run_reward(
                 **filter_known_args(TrainingArguments, dict(base_args, remove_unused_columns=False))
             ),
             train_dataset=train_ds,
-            data_collator=heads_collator(tokenizer.pad_token_id, stage.mode),
+            data_collator=heads_collator(tokenizer.pad_token_id),
             processing_class=tokenizer,
             callbacks=callbacks,
             weights=weights,
-            mode=stage.mode,
-            pad_id=tokenizer.pad_token_id,
         )
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     model_dir = save_final_model(trainer, output_dir)
@@ -245,7 +272,7 @@ def measure_and_save_meta(
         train_report = _report(scorer, stats_rows)
         meta.mean, meta.std = train_report.reward_mean, max(train_report.reward_std, 1e-6)
         metrics.update(train_report.as_metrics("train/"))
-    if stage.mode == "regression":
+    if stage.mode in ("regression", "mixed"):
         scored = _scored_rows(data_dir, "eval", stage.eval_max_rows) or _scored_rows(data_dir, "train")
         if scored:
             predicted = torch.tensor(

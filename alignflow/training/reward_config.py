@@ -19,9 +19,13 @@ class Objective(BaseModel):
 
 
 class RewardConfig(StageConfig):
-    """A reward model: Bradley-Terry on pairs, or regression on scores in [0, 1]."""
+    """A reward model: Bradley-Terry on pairs, regression on scores in [0, 1], or both at once.
 
-    mode: Literal["pairwise", "regression"] = "pairwise"
+    ``mixed`` fits one head to ratings (MSE toward the score) and to comparisons
+    (Bradley-Terry on the difference), so feedback of both kinds trains one model.
+    """
+
+    mode: Literal["pairwise", "regression", "mixed"] = "pairwise"
     backbone: str = Field(
         "policy",
         description="'policy' (the model section's family), 'minilm' (packaged encoder), a path or hub id",
