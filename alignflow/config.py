@@ -100,6 +100,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{path}: {exc}") from exc
 
 
+def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:
+    """Replace every ``@reward`` reward-model path (PPO, GRPO reward functions) with ``reward_dir``."""
+    from alignflow.training.ppo_config import REWARD_STAGE_REF
+
+    text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
+    return json.loads(text)
+
+
 def config_hash(config: BaseModel) -> str:
     """A stable short hash of a config's content (key order does not matter)."""
     canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

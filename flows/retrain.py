@@ -19,7 +19,7 @@ import mlflow
 from prefect import flow
 from prefect.deployments import run_deployment
 
-from alignflow.config import PipelineConfig, config_hash, load_config
+from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.data.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
@@ -33,7 +33,6 @@ from tasks.stage_inputs import EvaluateInputs, StageInputs
 GOLDEN_VERSION_TAG = "golden.version"
 GOLDEN_SOURCE_TAG = "golden.source"
 STOP_REASON_TAG = "pipeline.reason"
-REWARD_STAGE_REF = "@reward"  # a reward-model path in config that means "the reward stage's model"
 STAGE_SECTIONS = {
     "sft": ("seed", "model", "sft"),
     "reward": ("seed", "model", "reward"),
@@ -70,12 +69,6 @@ def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[
         state = flow_run.state.name if flow_run.state else "unknown"
         raise RuntimeError(f"stage {stage!r} on work pool {pool!r} ended {state} (flow run {flow_run.id})")
     return flow_run.state.result()
-
-
-def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:
-    """Replace ``@reward`` reward-model paths (GRPO reward functions, PPO) with the trained model."""
-    text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
-    return json.loads(text)
 
 
 def champion_dir(uri: str, project: str, out_root: Path, role: str = "policy") -> tuple[str | None, str]:

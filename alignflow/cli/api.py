@@ -33,27 +33,44 @@ def serve(
         "flows.feedback_launcher:make_launcher",
         help="module:attribute of a training launcher; 'library' trains in-process without Prefect",
     ),
+    config: str | None = typer.Option(
+        None, "--config", help="pipeline config of training jobs (default: the embedded demo config)"
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", help="override a pipeline config key for training jobs: key=value (repeatable)"
+    ),
+    wait_for_training: bool = typer.Option(
+        False, help="answer POST train_policy when the job ends, as spec 002 clients expect (?wait=true)"
+    ),
     log_level: str = typer.Option("info", help="uvicorn log level"),
 ) -> None:
     """Serve the feedback/training/policy HTTP API (OpenAPI at /docs and /openapi.json)."""
     import uvicorn
 
+    from alignflow.config import load_config
     from alignflow.service.app import create_app
     from alignflow.service.settings import ServiceSettings, TokenSpec
 
-    overrides: dict = {}
+    values: dict = {}
     if db_url:
-        overrides["database_url"] = db_url
+        values["database_url"] = db_url
     if tracking_uri:
-        overrides["tracking_uri"] = tracking_uri
+        values["tracking_uri"] = tracking_uri
     if work_dir:
-        overrides["work_dir"] = work_dir
+        values["work_dir"] = work_dir
     if min_feedback is not None:
-        overrides["min_feedback"] = min_feedback
+        values["min_feedback"] = min_feedback
+    if config:
+        values["pipeline_config"] = config
+    if overrides:
+        values["pipeline_overrides"] = list(overrides)
     try:
         if token:
-            overrides["tokens"] = [TokenSpec.parse(t) for t in token]
-        settings = ServiceSettings.from_env(**overrides)
+            values["tokens"] = [TokenSpec.parse(t) for t in token]
+        settings = ServiceSettings.from_env(**values)
+        if wait_for_training:
+            settings.training.wait_by_default = True
+        load_config(settings.pipeline_config, settings.pipeline_overrides)  # fail now, not at the first job
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if not settings.tokens:

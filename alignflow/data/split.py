@@ -2,7 +2,10 @@
 
 The hash covers only the prompt (and a seed), so every pair, score and prompt-only row of
 one prompt goes the same way, the split does not depend on row order, and adding data never
-moves an old prompt across the boundary.
+moves an old prompt across the boundary, with one exception: when the hash holds out no
+prompt at all (a handful of prompts), the one closest to the boundary is held out, so that a
+trained model can always be measured on something it did not see. Once the data holds a
+prompt the hash holds out, that stand-in goes back to train.
 """
 
 from __future__ import annotations
@@ -39,7 +42,21 @@ def split_records(
     for i, record in enumerate(records):
         given = user_splits[i] if user_splits else None
         splits[given or assign_split(record["prompt"], eval_fraction, seed)].append(record)
+    if eval_fraction > 0 and not splits["eval"] and not any(user_splits or ()):
+        splits = _hold_out_one_prompt(splits["train"], seed)
     return splits
+
+
+def _hold_out_one_prompt(records: list[dict[str, Any]], seed: int) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the prompt nearest the boundary goes to eval, when there are two prompts or more."""
+    keys = {prompt_key(r["prompt"]): prompt_fraction(r["prompt"], seed) for r in records}
+    if len(keys) < 2:
+        return {"train": records, "eval": []}
+    held_out = min(keys, key=lambda k: (keys[k], k))
+    return {
+        "train": [r for r in records if prompt_key(r["prompt"]) != held_out],
+        "eval": [r for r in records if prompt_key(r["prompt"]) == held_out],
+    }
 
 
 def leaked_prompts(train: list[dict[str, Any]], evaluation: list[dict[str, Any]]) -> set[str]:

@@ -26,6 +26,7 @@ from alignflow.evaluation.metrics import (
     reward_model_metrics,
     score_pairs,
 )
+from alignflow.evaluation.policy_reward import RewardStats
 from alignflow.evaluation.report import EvalReport
 from alignflow.models.prompting import generate
 
@@ -69,6 +70,42 @@ def evaluate_reward_model(
         metrics=reward_model_metrics(chosen, rejected),
         series={"reward/chosen": list(chosen), "reward/rejected": list(rejected)},
     )
+
+
+def evaluate_reward_regression(
+    scorer: Scorer, records: Sequence[Mapping[str, Any]], limit: int
+) -> EvalReport:
+    """How close a reward model's raw scores come to held-out ratings (MSE, rank correlation)."""
+    import pandas as pd
+
+    rated = [r for r in records if r.get("kind") == "scored" and r.get("score") is not None][:limit]
+    if not rated:
+        raise ValueError("no held-out ratings (kind='scored') to evaluate the reward model on")
+    predicted = _raw(scorer)([r["prompt"] for r in rated], [r["completion"] for r in rated])
+    truth = [float(r["score"]) for r in rated]
+    metrics: dict[str, float | None] = {
+        "eval/reward_mse": mean([(p - t) ** 2 for p, t in zip(predicted, truth, strict=True)]),
+        "eval/reward_ratings": float(len(rated)),
+    }
+    if len(set(truth)) > 1 and len(set(predicted)) > 1:
+        metrics["eval/reward_spearman"] = float(
+            pd.Series(predicted).corr(pd.Series(truth), method="spearman")
+        )
+    return EvalReport(metrics=metrics, series={"reward/rated": list(predicted)})
+
+
+def evaluate_reward_on_held_out(
+    scorer: Scorer, records: Sequence[Mapping[str, Any]], config: EvaluationConfig
+) -> EvalReport:
+    """Pairs where the held-out data has them, ratings where it has them: whatever it holds."""
+    report = EvalReport()
+    if held_out_pairs(records, 1):
+        report = report.merge(evaluate_reward_model(scorer, records, config))
+    if any(r.get("kind") == "scored" for r in records):
+        report = report.merge(evaluate_reward_regression(scorer, records, config.max_pairs))
+    if not report.metrics:
+        raise ValueError("no held-out pairs or ratings to evaluate the reward model on")
+    return report
 
 
 def build_judges(config: EvaluationConfig, scorer: Scorer | None) -> list[Judge]:
@@ -125,6 +162,7 @@ def evaluate_policy_completions(
         series |= {"reward/policy": list(policy_scores), "reward/reference": list(reference_scores)}
         metrics["eval/reward_mean"] = mean(policy_scores)
         metrics["eval/reference_reward_mean"] = mean(reference_scores)
+        metrics |= RewardStats.of(_raw(scorer)(prompts, policy)).as_metrics()
         pairs = held_out_pairs(pair_records, config.max_pairs)
         if pairs:
             chosen, rejected = score_pairs(scorer, pairs)
@@ -276,7 +314,7 @@ def evaluate_paths(
     champion_scorer = load_reward_scorer(champion_reward_dir) if champion_reward_dir is not None else None
     report = EvalReport(info={"snapshot": str(snapshot_dir)})
     if scorer is not None:
-        report = report.merge(evaluate_reward_model(scorer, records, config))
+        report = report.merge(evaluate_reward_on_held_out(scorer, records, config))
     policy = reference = champion = None
     if policy_dir is not None:
         if reference_dir is None:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import asynccontextmanager
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import asynccontextmanager, suppress
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response, status
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
 from alignflow.service.auth import Principal, authenticate, bearer_scheme, require_agent
+from alignflow.service.estimate import estimate_training_time, job_timing_tags
 from alignflow.service.jobs import JobRunner, TrainingLauncher, TrainingRequest, export_feedback
 from alignflow.service.limits import BodySizeLimit
 from alignflow.service.migrate import upgrade_database
@@ -31,10 +33,13 @@ from alignflow.service.schemas import (
     JobOut,
     PairwiseFeedbackIn,
     PolicyOut,
+    TrainedOut,
     TrainPolicyIn,
 )
 from alignflow.service.settings import AGENT_ID_PATTERN, ServiceSettings
 from alignflow.service.storage import Feedback, IdempotencyConflict, Job, Store, make_engine
+from alignflow.service.training_plan import JobPlanError, plan_job
+from alignflow.training.feedback_plan import FeedbackCounts
 
 log = logging.getLogger(__name__)
 
@@ -123,16 +128,30 @@ def _feedback_out(row: Feedback) -> FeedbackOut:
     )
 
 
-def _model_config(settings: ServiceSettings, body: TrainPolicyIn) -> dict:
-    defaults = settings.training
-    return {
-        "base_model": defaults.base_model,
-        "use_lora": defaults.use_lora,
-        "learning_rate": body.learning_rate or defaults.learning_rate,
-        "max_steps": body.max_steps or defaults.max_steps,
-        "batch_size": defaults.batch_size,
-        "algorithm": defaults.algorithm,
-    }
+def feedback_counts(store: Store, agent_id: str) -> FeedbackCounts:
+    """The agent's feedback by kind, and the pairs its ratings form per prompt."""
+    return FeedbackCounts.of(
+        {"prompt": row.prompt, "chosen": row.chosen}
+        if row.kind == "pairwise"
+        else {"prompt": row.prompt, "score": row.score}
+        for row in store.iter_feedback(agent_id)
+    )
+
+
+def _trained_out(job: Job) -> JSONResponse:
+    """Spec 002's synchronous answer for a finished job, or an error that says why it is not one."""
+    if job.status == "trained":
+        body = TrainedOut(job_id=job.id, **(job.result or {}))
+        return JSONResponse(body.model_dump(mode="json", by_alias=True), status_code=status.HTTP_200_OK)
+    if job.status == "failed":
+        detail = f"training job {job.id} failed: {job.error}"
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    accepted = _job_out(job)  # still running when the wait ran out: the job, as without ?wait
+    return JSONResponse(
+        accepted.model_dump(mode="json", by_alias=True),
+        status_code=status.HTTP_202_ACCEPTED,
+        headers={"Location": f"/api/policies/jobs/{job.id}"},
+    )
 
 
 def create_app(settings: ServiceSettings | None = None, launcher: TrainingLauncher | None = None) -> FastAPI:
@@ -150,7 +169,7 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
     if launcher is None:
         from alignflow.service.local_launcher import LocalTrainingLauncher
 
-        launcher = LocalTrainingLauncher(settings.tracking_uri)
+        launcher = LocalTrainingLauncher(settings.tracking_uri, config_path=settings.pipeline_config)
     runner = JobRunner(store, launcher, settings.training_workers)
 
     @asynccontextmanager
@@ -209,15 +228,23 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
         "/api/policies/train_policy/{agent_id:path}",
         response_model=None,
         responses={
-            200: {"model": DryRunOut, "description": "dry run: an estimate"},
+            200: {
+                "model": DryRunOut | TrainedOut,
+                "description": "dry run: an estimate; ?wait=true: the trained policy",
+            },
             202: {"model": JobOut, "description": "training job started"},
             409: {"model": ErrorOut},
+            500: {"model": ErrorOut, "description": "?wait=true: the job failed"},
             **ERRORS,
         },
         tags=["training"],
     )
     def train_policy(
-        agent_id: Annotated[str, Depends(agent_access)], body: TrainPolicyIn | None = None
+        agent_id: Annotated[str, Depends(agent_access)],
+        body: TrainPolicyIn | None = None,
+        wait: Annotated[
+            bool | None, Query(description="answer when the job has ended (spec 002's synchronous shape)")
+        ] = None,
     ) -> JSONResponse:
         """Estimate (``dryRun``) or start training a policy on the agent's feedback."""
         body = body or TrainPolicyIn()
@@ -228,19 +255,30 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
                 f"agent {agent_id!r} has {stats.count} feedback samples; training needs at least "
                 f"{settings.min_feedback}",
             )
-        model_config = _model_config(settings, body)
-        steps = model_config["max_steps"]
+        try:
+            job_plan = plan_job(settings, body, feedback_counts(store, agent_id))
+        except JobPlanError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+        model_config = job_plan.model_config()
         if body.dry_run:
-            seconds = steps * settings.training.seconds_per_step + settings.training.overhead_seconds
-            estimate = DryRunOut(
+            estimate = estimate_training_time(
+                settings.tracking_uri,
+                job_plan.config.model,
+                job_plan.plan.algorithm,
+                job_plan.max_steps,
+                settings.training,
+            )
+            answer = DryRunOut(
                 feedback_count=stats.count,
-                estimated_steps=steps,
-                estimated_time_minutes=round(seconds / 60.0, 2),
+                estimated_steps=job_plan.max_steps,
+                estimated_time_minutes=estimate.minutes,
+                estimate_basis=estimate.basis,
                 score_mean=stats.score_mean,
                 score_std=stats.score_std,
+                plan=job_plan.plan.describe(),
                 modelConfig=model_config,
             )
-            return JSONResponse(estimate.model_dump(mode="json", by_alias=True))
+            return JSONResponse(answer.model_dump(mode="json", by_alias=True))
         running = store.active_job(agent_id)
         if running is not None:
             raise HTTPException(
@@ -250,18 +288,25 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
         export = settings.exports_dir / agent_id / job.id / "feedback.jsonl"
         count, _digest = export_feedback(store, agent_id, export)
         store.update_job(job.id, dataset_path=str(export), feedback_count=count)
-        runner.submit(
+        future = runner.submit(
             TrainingRequest(
                 job_id=job.id,
                 agent_id=agent_id,
                 dataset_path=export,
                 output_dir=settings.models_dir / agent_id / job.id,
                 feedback_count=count,
-                max_steps=steps,
-                learning_rate=model_config["learning_rate"],
+                max_steps=job_plan.max_steps,
+                learning_rate=job_plan.learning_rate,
+                algorithm=job_plan.plan.algorithm,
+                overrides=job_plan.overrides,
                 model_config_=model_config,
+                timing_tags=job_timing_tags(job_plan.config.model, job_plan.plan.algorithm),
             )
         )
+        if wait if wait is not None else settings.training.wait_by_default:
+            with suppress(FutureTimeout):
+                future.result(timeout=settings.training.wait_timeout_s)
+            return _trained_out(store.get_job(job.id))
         accepted = _job_out(store.get_job(job.id))
         return JSONResponse(
             accepted.model_dump(mode="json", by_alias=True),

@@ -34,9 +34,12 @@ class TrainingRequest(BaseModel):
     dataset_path: Path  # the JSONL export of the agent's feedback
     output_dir: Path  # where the launcher writes models for this job
     feedback_count: int
-    max_steps: int
+    max_steps: int  # the policy stage's, as resolved from config + request
     learning_rate: float
+    algorithm: str = "dpo"
+    overrides: tuple[str, ...] = ()  # pipeline-config overrides: feedback plan + request fields
     model_config_: dict[str, Any] = {}
+    timing_tags: dict[str, str] = {}  # what the dry-run estimate matches later runs on
 
 
 class TrainingOutcome(BaseModel):
@@ -51,6 +54,7 @@ class TrainingOutcome(BaseModel):
     reward_mean: float | None = None
     reward_std: float | None = None
     data_version: str | None = None
+    promoted: bool | None = None  # None: the launcher does not gate (no champion alias moved)
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from mlflow.exceptions import MlflowException
 
 from alignflow.registry.models import register
 from alignflow.registry.runs import ensure_experiment
+from alignflow.service.estimate import JOB_SECONDS_METRIC, POLICY_SECONDS_METRIC, STEPS_METRIC
 from alignflow.service.schemas import PolicyOut
 
 AGENT_TAG = "agent_id"
@@ -40,6 +41,39 @@ def reward_model_name(agent_id: str) -> str:
     return f"{agent_id}-reward"
 
 
+def job_metrics(
+    feedback_count: int,
+    training_steps: int,
+    reward_mean: float | None,
+    reward_std: float | None,
+    policy_seconds: float | None,
+    job_seconds: float | None,
+) -> dict[str, float]:
+    """What a finished job logs on its policy version's run (the listing and the estimate read it).
+
+    Timings are left out when the policy came from a cache: they would claim a free step.
+    """
+    metrics = {"feedback_count": float(feedback_count), STEPS_METRIC: float(training_steps)}
+    for key, value in (
+        ("reward_mean", reward_mean),
+        ("reward_std", reward_std),
+        (POLICY_SECONDS_METRIC, policy_seconds),
+        (JOB_SECONDS_METRIC, job_seconds),
+    ):
+        if value is not None:
+            metrics[key] = float(value)
+    return metrics
+
+
+def record_job(tracking_uri: str, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    """Add a job's metrics and timing tags to an existing run (the flow's register run)."""
+    client = MlflowClient(tracking_uri)
+    for key, value in metrics.items():
+        client.log_metric(run_id, key, value)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+
+
 def record_training(
     tracking_uri: str,
     agent_id: str,
@@ -50,15 +84,17 @@ def record_training(
     params: dict[str, Any],
     artifact_root: Path,
     data_version: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """Log a finished job as an MLflow run and register its models; returns (run_id, policy version)."""
     client = MlflowClient(tracking_uri)
     experiment_id = ensure_experiment(tracking_uri, EXPERIMENT, str(artifact_root))
-    tags = {
+    lineage = {
         AGENT_TAG: agent_id,
         JOB_TAG: job_id,
         **({DATA_VERSION_TAG: data_version} if data_version else {}),
     }
+    tags = {**lineage, **(tags or {})}
     run = client.create_run(experiment_id, run_name=f"{agent_id}-{job_id[:8]}", tags=tags)
     run_id = run.info.run_id
     try:
@@ -67,8 +103,10 @@ def record_training(
         for key, value in metrics.items():
             client.log_metric(run_id, key, float(value))
         if reward_dir is not None:
-            register(tracking_uri, str(reward_dir.resolve()), reward_model_name(agent_id), run_id, tags)
-        version = register(tracking_uri, str(policy_dir.resolve()), policy_model_name(agent_id), run_id, tags)
+            register(tracking_uri, str(reward_dir.resolve()), reward_model_name(agent_id), run_id, lineage)
+        version = register(
+            tracking_uri, str(policy_dir.resolve()), policy_model_name(agent_id), run_id, lineage
+        )
     except Exception:
         client.set_terminated(run_id, status="FAILED")
         raise

@@ -12,6 +12,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -87,9 +88,32 @@ class FeedbackOut(ApiModel):
 
 
 class TrainPolicyIn(ApiModel):
+    """What a training job may choose; anything left out comes from the service's config.
+
+    ``algorithm`` left out follows the feedback (ratings: PPO on a regression reward model;
+    comparisons: DPO). LoRA settings need ``useLora: true``; an unknown field is a 422.
+    """
+
     dry_run: bool = False
     max_steps: int | None = Field(None, ge=1, le=100_000)
     learning_rate: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    base_model: ShortText | None = Field(
+        None, description="'tiny', a preset, a local folder or a cached hub id"
+    )
+    use_lora: bool | None = None
+    lora_r: int | None = Field(None, ge=1, le=1024)
+    lora_alpha: int | None = Field(None, ge=1, le=4096)
+    lora_dropout: float | None = Field(None, ge=0.0, lt=1.0, allow_inf_nan=False)
+    batch_size: int | None = Field(None, ge=1, le=4096)
+    algorithm: Literal["dpo", "ppo", "grpo"] | None = None
+
+    @model_validator(mode="after")
+    def _lora_settings_need_lora(self) -> TrainPolicyIn:
+        given = [name for name in ("lora_r", "lora_alpha", "lora_dropout") if getattr(self, name) is not None]
+        if given and not self.use_lora:
+            names = ", ".join(to_camel(n) for n in given)
+            raise ValueError(f"{names} only apply with useLora: true")
+        return self
 
 
 class DryRunOut(ApiModel):
@@ -97,9 +121,30 @@ class DryRunOut(ApiModel):
     feedback_count: int
     estimated_steps: int
     estimated_time_minutes: float
+    estimate_basis: str = Field(
+        description="where the time estimate comes from: measured runs or the default"
+    )
     score_mean: float | None
     score_std: float | None
+    plan: str = Field(description="the reward model and algorithm this feedback would train")
     model_config_: dict[str, Any] = Field(alias="modelConfig")
+
+
+class TrainedOut(ApiModel):
+    """Spec 002's synchronous answer: the finished job's policy (``?wait=true``)."""
+
+    status: Literal["trained"] = "trained"
+    job_id: str
+    policy_id: str
+    version: str
+    model_path: str
+    reward_model_path: str | None
+    feedback_count: int
+    training_steps: int
+    reward_mean: float | None
+    reward_std: float | None
+    data_version: str | None = None
+    promoted: bool | None = None
 
 
 class JobOut(ApiModel):

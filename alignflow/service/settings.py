@@ -43,19 +43,21 @@ class TokenSpec(BaseModel):
         return value
 
 
-class TrainingDefaults(BaseModel):
-    """What a training job uses when the request does not say; echoed as ``modelConfig``."""
+class TrainingSettings(BaseModel):
+    """How jobs are estimated and answered; what they train comes from the pipeline config."""
 
     model_config = ConfigDict(extra="forbid")
 
-    base_model: str = "tiny"
-    use_lora: bool = False
-    learning_rate: float = Field(1e-4, gt=0)
-    max_steps: int = Field(60, ge=1)
-    batch_size: int = Field(8, ge=1)
-    algorithm: str = "dpo"
-    seconds_per_step: float = Field(0.5, gt=0, description="dry-run time estimate per optimiser step")
-    overhead_seconds: float = Field(30.0, ge=0, description="dry-run estimate of load/save time per job")
+    seconds_per_step: float = Field(
+        0.5, gt=0, description="dry-run estimate per step while MLflow holds no run of the same model"
+    )
+    overhead_seconds: float = Field(
+        60.0, ge=0, description="dry-run estimate of a job's time outside the policy stage, by default"
+    )
+    wait_by_default: bool = Field(
+        False, description="answer POST train_policy when the job ends, as if ?wait=true (spec 002 clients)"
+    )
+    wait_timeout_s: float = Field(3600.0, gt=0, description="longest a waiting request blocks")
 
 
 class ServiceSettings(BaseModel):
@@ -71,7 +73,11 @@ class ServiceSettings(BaseModel):
     min_feedback: int = Field(10, ge=1)
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     max_text_chars: int = Field(32_000, ge=1)
-    training: TrainingDefaults = Field(default_factory=TrainingDefaults)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    pipeline_config: Path | None = Field(
+        None, description="pipeline config of training jobs (None: embedded)"
+    )
+    pipeline_overrides: list[str] = Field(default_factory=list, description="key=value on top of it")
     training_workers: int = Field(1, ge=1, le=8)
     run_migrations: bool = True
 
@@ -95,6 +101,7 @@ class ServiceSettings(BaseModel):
             "MIN_FEEDBACK": "min_feedback",
             "MAX_BODY_BYTES": "max_body_bytes",
             "SQLITE_SYNCHRONOUS": "sqlite_synchronous",
+            "PIPELINE_CONFIG": "pipeline_config",
         }
         for suffix, field in simple.items():
             if f"{ENV_PREFIX}{suffix}" in env:

@@ -165,6 +165,7 @@ def run_dpo(
         metrics.update(_prefixed(trainer.evaluate(), "before_"))
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
+    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_ds is not None:
         metrics.update(_prefixed(trainer.evaluate(), ""))
     model_dir = save_final_model(trainer, output_dir)

@@ -198,6 +198,7 @@ def run_grpo(
         metrics["eval/reward_before"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
+    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_rows:
         metrics["eval/reward"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
     model_dir = save_final_model(trainer, output_dir)

@@ -92,6 +92,10 @@ def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
     return ids, mask
 
 
+def _targets(examples: list[dict[str, Any]], width: int) -> torch.Tensor:
+    return torch.tensor([e["targets"] for e in examples], dtype=torch.float32).view(-1, width)
+
+
 def heads_collator(pad_id: int):
     """Batches for :class:`HeadsRewardTrainer`: rated rows first, then pairs (chosen, then rejected).
 
@@ -110,7 +114,9 @@ def heads_collator(pad_id: int):
             "input_ids": ids,
             "attention_mask": mask,
             "n_scored": torch.tensor(len(scored)),
-            "score_targets": torch.tensor([e["targets"] for e in scored], dtype=torch.float32).view(-1, width),
+            "score_targets": torch.tensor([e["targets"] for e in scored], dtype=torch.float32).view(
+                -1, width
+            ),
             "pair_targets": torch.tensor([e["targets"] for e in pairs], dtype=torch.float32).view(-1, width),
         }
 
@@ -127,7 +133,9 @@ def objective_targets(record: dict[str, Any], names: list[str], mode: str) -> li
     return [float(prefs.get(n, 1.0)) for n in names]
 
 
-def encode_pairs(pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]) -> list[dict]:
+def encode_pairs(
+    pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]
+) -> list[dict]:
     """Comparison rows for the reward trainers (``input_ids`` empty: not a rating)."""
     return [
         {
@@ -140,7 +148,9 @@ def encode_pairs(pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, n
     ]
 
 
-def encode_scored(records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]) -> list[dict]:
+def encode_scored(
+    records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]
+) -> list[dict]:
     """Rating rows for :class:`HeadsRewardTrainer` (``chosen_ids`` empty: not a pair)."""
     return [
         {
@@ -245,7 +255,7 @@ def run_reward(
         )
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     model_dir = save_final_model(trainer, output_dir)
-    metrics = {"train_loss": output.training_loss}
+    metrics = {"train_loss": output.training_loss, "global_step": float(trainer.state.global_step)}
     metrics.update(measure_and_save_meta(model_dir, stage, names, weights, train_pairs, eval_pairs, data_dir))
     return finish_stage("reward", output_dir, model_dir, metrics, resumed_from)
 

@@ -97,6 +97,7 @@ def run_sft(
         metrics["eval_loss_before"] = trainer.evaluate()["eval_loss"]
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
+    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_rows:
         metrics["eval_loss"] = trainer.evaluate()["eval_loss"]
     model_dir = save_final_model(trainer, output_dir)

@@ -1,7 +1,8 @@
 from types import SimpleNamespace
 
-from alignflow.config import load_config
-from flows.retrain import REWARD_STAGE_REF, section_hash, with_reward_model
+from alignflow.config import load_config, with_reward_model
+from alignflow.training.ppo_config import REWARD_STAGE_REF
+from flows.retrain import section_hash
 from tasks.caching import code_version, stage_cache_key
 from tasks.retry import is_transient
 from tasks.stage_inputs import StageInputs
