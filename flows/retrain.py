@@ -71,6 +71,14 @@ def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[
     return flow_run.state.result()
 
 
+def start_model(stage_result: dict[str, Any], config: PipelineConfig) -> str:
+    """The model a stage without SFT started from: the tiny model it built, or the named one."""
+    from alignflow.models.factory import BASE_MODEL_DIR, resolve_model_source
+
+    built = Path(stage_result["output_dir"]) / BASE_MODEL_DIR
+    return str(built) if (built / "config.json").exists() else resolve_model_source(config.model.name)
+
+
 def champion_dir(uri: str, project: str, out_root: Path, role: str = "policy") -> tuple[str | None, str]:
     """A local copy of the current champion of ``role``, and its version ("" when there is none)."""
     name = registry_models.registered_name(project, role)
@@ -158,7 +166,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         ),
     )
 
-    reference = sft_dir or config.model.name
+    reference = sft_dir or start_model(policy, config)
     champ_dir, champ_version = champion_dir(uri, config.project, stages.out_root)
     judge_dir, judge_version = champion_dir(uri, config.project, stages.out_root, "reward")
     golden = summary.golden or {}

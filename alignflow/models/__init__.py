@@ -12,6 +12,7 @@ _EXPORTS = {
     "alignflow.models.model_config": ["MINILM", "PRESETS", "TINY", "LoraSpec", "ModelSpec"],
     "alignflow.models.factory": [
         "build_tiny_model",
+        "init_tiny_model",
         "load_causal_lm",
         "minilm_path",
         "model_init_kwargs",

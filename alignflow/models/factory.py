@@ -62,8 +62,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTo
 def build_tiny_model(texts: Iterable[str], output_dir: str | Path, spec: ModelSpec | None = None) -> Path:
     """Train a tokenizer on ``texts``, initialise a small Llama, save both to ``output_dir``."""
     spec = spec or ModelSpec()
+    return init_tiny_model(train_tokenizer(texts, vocab_size=spec.vocab_size), output_dir, spec)
+
+
+def init_tiny_model(tokenizer: Any, output_dir: str | Path, spec: ModelSpec | None = None) -> Path:
+    """A small from-scratch Llama sized for ``tokenizer`` (one the caller already has), saved with it."""
+    spec = spec or ModelSpec()
     output_dir = Path(output_dir)
-    tokenizer = train_tokenizer(texts, vocab_size=spec.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -123,6 +128,29 @@ def resolve_model_source(name: str) -> str:
     return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
 
 
+BASE_MODEL_DIR = "base-model"  # where a stage keeps the tiny model it built (a reference for evaluation)
+
+
+def model_unavailable(name: str) -> str | None:
+    """Why ``name`` cannot be loaded on this machine, or None when it can (never downloads)."""
+    if name in (TINY, MINILM):
+        return None
+    source = resolve_model_source(name)
+    path = Path(source)
+    if path.exists():
+        return None if (path / "config.json").exists() else f"{path} is not a saved model (no config.json)"
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError):
+        return (
+            f"{name!r} is not 'tiny', a preset, a local model folder or a model in the local "
+            "Hugging Face cache"
+        )
+    return None
+
+
 def prepare_base_model(spec: ModelSpec, texts: Iterable[str], work_dir: str | Path) -> str:
     """The path (or hub id) a stage loads: builds the tiny model from ``texts`` when asked for.
 
@@ -131,7 +159,7 @@ def prepare_base_model(spec: ModelSpec, texts: Iterable[str], work_dir: str | Pa
     """
     if spec.name != TINY:
         return resolve_model_source(spec.name)
-    target = Path(work_dir) / "base-model"
+    target = Path(work_dir) / BASE_MODEL_DIR
     if not (target / "model.safetensors").exists():
         staging = Path(work_dir) / ".base-model.tmp"
         build_tiny_model(texts, staging, spec)

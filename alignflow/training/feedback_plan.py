@@ -73,7 +73,7 @@ class FeedbackPlan:
             f"policy.run_sft={str(self.run_sft).lower()}",
         ]
         if self.algorithm == "ppo":
-            items += [f"ppo.reward_model={REWARD_STAGE_REF}", "ppo.verifiable_rewards=[]"]
+            items += [f"ppo.reward_model='{REWARD_STAGE_REF}'", "ppo.verifiable_rewards=[]"]
         if self.algorithm == "grpo":
             items.append(f"grpo.reward_functions=[{{kind: reward_model, path: '{REWARD_STAGE_REF}'}}]")
         return items

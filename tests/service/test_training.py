@@ -119,15 +119,18 @@ def test_training_a_tiny_policy_registers_it_and_lists_it_newest_first(make_clie
     settings = make_settings()
     launcher = LocalTrainingLauncher(
         settings.tracking_uri,
-        config_overrides=[
-            "sft.per_device_train_batch_size=8",
-            "sft.logging_steps=2",
-            "sft.save_steps=1000",
-            "sft.max_length=48",
-            "sft.eval_max_rows=16",
+        config_overrides=[  # small and quick; the request's maxSteps still has the last word
+            "reward.max_steps=10",
+            "reward.save_steps=1000",
+            "reward.per_device_train_batch_size=8",
+            "ppo.per_device_train_batch_size=8",
+            "ppo.mini_batch_size=8",
+            "ppo.ppo_epochs=1",
+            "ppo.max_new_tokens=4",
+            "ppo.max_length=64",
+            "evaluation.max_new_tokens=4",
+            "evaluation.max_prompts=8",
         ],
-        policy_stage="sft",
-        reward_stage=None,
     )
     client = make_client(launcher)
     submit_demo_feedback(client, "agent-d", pairs=40, scored=20)
@@ -141,7 +144,10 @@ def test_training_a_tiny_policy_registers_it_and_lists_it_newest_first(make_clie
         assert accepted.status_code == 202, accepted.text
         done = wait_for_job(client, accepted.json()["jobId"])
         assert done["status"] == "trained", done
+        # ratings and comparisons: a mixed reward model and PPO, steps as the trainer counted them
         assert done["feedbackCount"] == 60 and done["trainingSteps"] == steps
+        assert isinstance(done["rewardMean"], float) and done["rewardStd"] >= 0.0
+        assert (Path(done["rewardModelPath"]) / "alignflow_reward.json").exists()
         assert (Path(done["modelPath"]) / "config.json").exists()
         assert Path(done["modelPath"]).is_relative_to(settings.models_dir.resolve())
         versions.append(done["version"])
@@ -152,6 +158,7 @@ def test_training_a_tiny_policy_registers_it_and_lists_it_newest_first(make_clie
     newest = policies[0]
     assert newest["agentId"] == "agent-d" and newest["id"] == "models:/agent-d-policy/2"
     assert newest["metrics"]["feedbackCount"] == 60 and newest["metrics"]["trainingSteps"] == 6
+    assert all(isinstance(p["metrics"][k], float) for p in policies for k in ("rewardMean", "rewardStd"))
     assert "challenger" in newest["aliases"]
     # another agent sees none of them
     assert client.get("/api/policies/agent-e", headers=auth()).json() == []
