@@ -9,7 +9,7 @@ the same reward model can be compared by it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,13 @@ def policy_reward(
     prompts: Sequence[Any],
     max_new_tokens: int = 32,
     batch_size: int = 16,
+    scorer: Callable[[list[Any], list[str]], Sequence[float]] | None = None,
 ) -> RewardStats:
-    """Greedy completions of ``prompts`` by the saved policy, scored raw by the saved reward model."""
+    """Greedy completions of ``prompts`` by the saved policy, scored raw by the saved reward model.
+
+    ``scorer(prompts, completions)`` scores instead of the model in ``reward_dir`` (a reward
+    model object whose own code reshapes its rewards).
+    """
     from alignflow.models import load_causal_lm
     from alignflow.models.prompting import generate
     from alignflow.models.reward_scorer import load_reward_scorer
@@ -52,6 +57,9 @@ def policy_reward(
     if not prompts:
         raise ValueError("no held-out prompts to measure the policy's reward on")
     model, tokenizer = load_causal_lm(policy_dir)
-    completions = generate(model, tokenizer, list(prompts), max_new_tokens=max_new_tokens, batch_size=batch_size)
-    scorer = load_reward_scorer(reward_dir, normalize=False, batch_size=batch_size)
+    completions = generate(
+        model, tokenizer, list(prompts), max_new_tokens=max_new_tokens, batch_size=batch_size
+    )
+    if scorer is None:
+        scorer = load_reward_scorer(reward_dir, normalize=False, batch_size=batch_size)
     return RewardStats.of(scorer(list(prompts), completions))

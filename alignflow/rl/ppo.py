@@ -217,12 +217,20 @@ class PPOModel(nn.Module):
         save_file(state, path / VALUE_HEAD_FILE)
 
     def load_weights(self, path: str | Path) -> None:
-        """Load weights written by :meth:`save_pretrained` into this model."""
-        path = Path(path)
-        from transformers import AutoModelForCausalLM
+        """Load weights written by :meth:`save_pretrained` into this model.
 
-        loaded = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
-        self.base_model.load_state_dict(loaded.state_dict())
+        A PEFT-wrapped base saved only its adapter, so only the adapter is loaded back.
+        """
+        path = Path(path)
+        if hasattr(self.base_model, "peft_config"):
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.base_model, load_file(path / "adapter_model.safetensors"))
+        else:
+            from transformers import AutoModelForCausalLM
+
+            loaded = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
+            self.base_model.load_state_dict(loaded.state_dict())
         if (path / VALUE_HEAD_FILE).exists():
             self.value_head.load_state_dict(load_file(path / VALUE_HEAD_FILE))
 
@@ -338,7 +346,11 @@ class PPOTrainer:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Sample one response per prompt: ``(sequences, prompt_attention_mask, prompt_len)``."""
+        """Sample one response per prompt: ``(sequences, prompt_attention_mask, prompt_len)``.
+
+        Sampled in eval mode (no dropout), the mode the rollout's log-probs are computed in.
+        """
+        self.model.eval()
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
