@@ -8,16 +8,24 @@ the guarantees every stage gives:
   into place, so a crash (even SIGKILL) never leaves a half-written one; a second call on
   the same ``output_dir`` resumes from the last one through ``PPOTrainer.load_checkpoint``
   (policy, value head, optimiser, scheduler, RNGs, KL controller, prompt order);
-* per-iteration metrics go to the active MLflow run as ``train/...``;
+* per-iteration metrics go to the active MLflow run as ``train/...`` and to
+  ``history.jsonl`` beside the checkpoints (one line per iteration; a resumed run first
+  cuts it back to the checkpoint's history, so each iteration appears once);
 * the final policy is a plain ``AutoModelForCausalLM`` folder (safetensors + tokenizer)
   under ``model/`` (the value head stays in the checkpoints).
 
+With ``model.lora.enabled`` the policy trains LoRA adapters (PEFT); the reference is the
+same network with its adapters switched off (no second copy of the weights), checkpoints
+hold the adapters, and ``model/`` holds the policy with the adapters merged in.
+
 Rewards: the reward stage's model (text in, scalar out, normalised with its saved
-mean/std) and/or the demo task's verifiers, each with a weight.
+mean/std) and/or the demo task's verifiers, each with a weight. A caller may hand in its
+own scorer for the reward model (``run_ppo(..., reward_scorer=...)``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -27,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 from transformers.trainer_utils import rotate_checkpoints
 
 from alignflow.data import demo
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import select_dtype
+from alignflow.models.factory import peft_config, select_dtype
 from alignflow.models.prompting import format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.registry import tracking
@@ -53,6 +62,8 @@ from alignflow.training.stage import (
 )
 
 Component = Callable[[list[Any], list[str], list[Mapping[str, Any]]], list[float]]
+Scorer = Callable[[list[Any], list[str]], Sequence[float]]
+HISTORY = "history.jsonl"
 
 
 # ---------------------------------------------------------------- rewards
@@ -103,18 +114,37 @@ def _reward_model(path: str, normalize: bool, device: torch.device) -> Component
     return score
 
 
-def build_stage_reward(stage: PPOStageConfig, device: torch.device) -> StageReward:
-    """The configured reward sources; an unresolved ``@reward`` is an error, not a guess."""
+def _scorer_component(scorer: Scorer) -> Component:
+    def score(prompts, responses, metadata) -> list[float]:
+        return [float(r) for r in scorer([m["prompt"] for m in metadata], list(responses))]
+
+    return score
+
+
+def build_stage_reward(
+    stage: PPOStageConfig, device: torch.device, scorer: Scorer | None = None
+) -> StageReward:
+    """The configured reward sources; an unresolved ``@reward`` is an error, not a guess.
+
+    ``scorer(prompts, responses)`` scores in place of the model at ``ppo.reward_model``
+    (its outputs are used as they are: ``normalize_reward`` applies to a loaded model only).
+    """
     components: dict[str, tuple[float, Component]] = {}
     if stage.reward_model:
-        if stage.reward_model == REWARD_STAGE_REF:
+        if stage.reward_model == REWARD_STAGE_REF and scorer is None:
             raise ValueError(
                 f"ppo.reward_model is {REWARD_STAGE_REF!r}, which only the retraining flow resolves; "
                 "set it to a reward-stage model dir, or to null with ppo.verifiable_rewards"
             )
-        components["reward_model"] = (
-            stage.weight("reward_model"),
-            _reward_model(stage.reward_model, stage.normalize_reward, device),
+        component = (
+            _scorer_component(scorer)
+            if scorer is not None
+            else _reward_model(stage.reward_model, stage.normalize_reward, device)
+        )
+        components["reward_model"] = (stage.weight("reward_model"), component)
+    elif scorer is not None:
+        raise ValueError(
+            "ppo: a reward scorer was given but ppo.reward_model is null; name the model it scores for"
         )
     verifiers = {"correctness": _correctness, "format": _format}
     for name in stage.verifiable_rewards:
@@ -197,17 +227,44 @@ def optimizer_steps_per_iteration(cfg: PPOConfig) -> int:
     return math.ceil(micro / cfg.gradient_accumulation_steps)
 
 
-def build_trainer(stage: PPOStageConfig, cfg: PPOConfig, start: str, dtype: torch.dtype) -> PPOTrainer:
+class AdaptersOff(nn.Module):
+    """The reference policy of a LoRA run: the policy itself with its adapters switched off.
+
+    The policy is held outside the module tree, so freezing the reference (which
+    :class:`PPOTrainer` does) leaves the policy's adapters trainable.
+    """
+
+    def __init__(self, peft_model: nn.Module):
+        super().__init__()
+        self._policy = (peft_model,)
+
+    def forward(self, **inputs: Any) -> Any:
+        policy = self._policy[0]
+        with policy.disable_adapter():
+            return policy(**inputs)
+
+
+def build_trainer(
+    stage: PPOStageConfig, cfg: PPOConfig, start: str, dtype: torch.dtype, lora: Any = None
+) -> PPOTrainer:
+    """A PPOTrainer on the model at ``start``; with a PEFT ``lora`` config, on LoRA adapters."""
     tokenizer = AutoTokenizer.from_pretrained(start)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(start, dtype=dtype, use_safetensors=True)
     if stage.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    trainer = PPOTrainer(cfg, model, tokenizer)
-    trainer.optimizer = torch.optim.AdamW(
-        trainer.model.parameters(), lr=cfg.learning_rate, weight_decay=stage.weight_decay
-    )
+    reference = None
+    if lora is not None:
+        from peft import get_peft_model
+
+        if stage.gradient_checkpointing:
+            model.enable_input_require_grads()
+        model = get_peft_model(model, lora)
+        reference = AdaptersOff(model)
+    trainer = PPOTrainer(cfg, model, tokenizer, reference_model=reference)
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    trainer.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=stage.weight_decay)
     total = stage.max_steps * optimizer_steps_per_iteration(cfg)
     trainer.scheduler = get_scheduler(
         stage.lr_scheduler_type,
@@ -234,15 +291,57 @@ def save_checkpoint_atomically(trainer: PPOTrainer, checkpoints_dir: Path, keep:
 
 
 def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:
-    """The trained policy (no value head) + tokenizer as a plain transformers folder."""
+    """The trained policy (no value head) + tokenizer as a plain transformers folder.
+
+    LoRA adapters are merged into the weights first (in place: call it once training is over).
+    """
     target, staging = output_dir / MODEL, output_dir / ".model.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    trainer.model.base_model.save_pretrained(staging, safe_serialization=True)
+    policy = trainer.model.base_model
+    if hasattr(policy, "peft_config"):
+        policy = policy.merge_and_unload()
+    policy.save_pretrained(staging, safe_serialization=True)
     trainer.tokenizer.save_pretrained(staging)
     if target.exists():
         shutil.rmtree(target)
     staging.replace(target)
     return target
+
+
+# ---------------------------------------------------------------- history
+
+
+def write_history(output_dir: str | Path, history: Sequence[Mapping[str, Any]]) -> Path:
+    """``history.jsonl`` rewritten (atomically) to exactly ``history``: one line per iteration."""
+    path = Path(output_dir) / HISTORY
+    tmp = path.with_name(HISTORY + ".tmp")
+    tmp.write_text(
+        "".join(json.dumps(dict(step), sort_keys=True) + "\n" for step in history), encoding="utf-8"
+    )
+    tmp.replace(path)
+    return path
+
+
+def append_history(output_dir: str | Path, step: Mapping[str, Any]) -> None:
+    with (Path(output_dir) / HISTORY).open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(dict(step), sort_keys=True) + "\n")
+
+
+def load_history(output_dir: str | Path) -> list[dict[str, float]]:
+    """The per-iteration metrics of the PPO stage run in ``output_dir`` (iteration 1 first).
+
+    A line cut short by a crash is left out; the next run on the folder rewrites the file.
+    """
+    path = Path(output_dir) / HISTORY
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no PPO history (has the PPO stage run in {output_dir}?)")
+    steps = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            steps.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return steps
 
 
 # ---------------------------------------------------------------- evaluation
@@ -282,8 +381,10 @@ def train_iterations(
     rows: list[dict[str, Any]],
     reward: StageReward,
     checkpoints_dir: Path,
+    history_dir: Path | None = None,
 ) -> None:
-    """PPOTrainer's prompt loop, logging ``train/...`` and checkpointing atomically."""
+    """PPOTrainer's prompt loop, logging ``train/...`` (and to ``history_dir/history.jsonl``)
+    and checkpointing atomically."""
     texts = [r["text"] for r in rows]
     metadata = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
     while trainer.iteration < stage.max_steps:
@@ -293,6 +394,8 @@ def train_iterations(
         trainer.iteration += 1
         step["iteration"] = trainer.iteration
         trainer.history.append(step)
+        if history_dir is not None:
+            append_history(history_dir, step)
         last = trainer.iteration == stage.max_steps
         if trainer.iteration % stage.logging_steps == 0 or last:
             seconds = time.perf_counter() - started
@@ -302,29 +405,38 @@ def train_iterations(
 
 
 def run_ppo(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: Any,
+    data_dir: str | Path,
+    output_dir: str | Path,
+    model_path: str | Path | None = None,
+    reward_scorer: Scorer | None = None,
 ) -> StageResult:
     """PPO from ``model_path`` (the SFT policy) or the base model on the train prompts.
 
-    Metrics: greedy mean reward on the eval prompts before and after (``eval/reward_before``,
-    ``eval/reward``, and per source), the last iteration's KL and coefficient, the
-    iterations done (``global_step``).
+    ``reward_scorer(prompts, responses) -> rewards`` scores rollouts in place of loading
+    ``ppo.reward_model`` (a custom reward model object). Metrics: greedy mean reward on the
+    eval prompts before and after (``eval/reward_before``, ``eval/reward``, and per source),
+    the last iteration's KL and coefficient, the iterations done (``global_step``); the
+    per-iteration metrics are in ``history.jsonl`` (:func:`load_history`).
     """
     stage: PPOStageConfig = config.ppo
-    if config.model.lora.enabled:
-        raise ValueError("ppo: LoRA/QLoRA is not supported by the PPO stage; set model.lora.enabled=false")
+    if config.model.lora.enabled and config.model.lora.quantization:
+        raise ValueError(
+            "ppo: QLoRA (model.lora.quantization) is not supported by the PPO stage; "
+            "set model.lora.quantization=null (plain LoRA works)"
+        )
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     checkpoints_dir = output_dir / CHECKPOINTS
 
     cfg = ppo_config(stage, seed, checkpoints_dir)
     reward = build_stage_reward(
-        stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")), reward_scorer
     )
     train_rows = require_rows(load_prompts(data_dir, "train", stage), data_dir, "train", "prompt")
     eval_rows = load_prompts(data_dir, "eval", stage)[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     dtype = torch.float32 if config.model.dtype == "auto" else select_dtype(config.model)
-    trainer = build_trainer(stage, cfg, start, dtype)
+    trainer = build_trainer(stage, cfg, start, dtype, lora=peft_config(config.model))
     train_rows = fitting_prompts(train_rows, trainer.tokenizer, stage)
     if not train_rows:
         raise ValueError(
@@ -342,8 +454,9 @@ def run_ppo(
         trainer.load_checkpoint(checkpoint)
     else:
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
+    write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
-    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir)
+    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir)
 
     if eval_rows:
         after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)

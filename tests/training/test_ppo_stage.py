@@ -15,7 +15,14 @@ import torch
 from safetensors.torch import load_file
 
 from alignflow.config import ConfigError
-from alignflow.training.ppo import StageReward, build_stage_reward, load_prompts, ppo_config, run_ppo
+from alignflow.training.ppo import (
+    StageReward,
+    build_stage_reward,
+    load_history,
+    load_prompts,
+    ppo_config,
+    run_ppo,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 VERIFIERS = ["ppo.reward_model=null", "ppo.verifiable_rewards=[correctness,format]"]
@@ -237,5 +244,78 @@ def test_sigkilled_ppo_stage_resumes_to_the_same_policy(demo_snapshot, sft_resul
         load_file(straight / "model" / "model.safetensors"),
     )
     assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+# ---------------------------------------------------------------- LoRA (slow)
+
+LORA = ["model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=8"]
+
+
+def _lora_run(demo_config, data_dir: Path, output_dir: Path, model_dir: str, iterations: int):
+    overrides = _ppo_overrides(
+        *LORA, f"ppo.iterations={iterations}", "ppo.batch_size=8", "ppo.mini_batch_size=4",
+        "ppo.save_every=2", "ppo.save_total_limit=null", "ppo.eval_max_rows=8",
+    )  # fmt: skip
+    return run_ppo(demo_config(*overrides), data_dir, output_dir, model_path=model_dir)
+
+
+@pytest.mark.slow
+def test_lora_ppo_trains_adapters_against_the_unadapted_reference_and_saves_a_merged_policy(
+    demo_config, demo_snapshot, sft_result, tmp_path
+):
+    from transformers import AutoModelForCausalLM
+
+    from alignflow.models.factory import peft_config
+    from alignflow.rl.ppo import PPOModel
+    from alignflow.training.ppo import AdaptersOff, build_trainer
+
+    result = _lora_run(demo_config, demo_snapshot, tmp_path / "ppo", sft_result.model_dir, iterations=2)
+    checkpoint = tmp_path / "ppo" / "checkpoints" / "checkpoint-2"
+    assert (checkpoint / "model" / "adapter_model.safetensors").exists()
+    assert not (checkpoint / "model" / "model.safetensors").exists()  # the adapters only
+    model_dir = Path(result.model_dir)
+    assert not list(model_dir.glob("adapter_*")), "the final policy must be merged, not an adapter"
+    start_dir = Path(sft_result.model_dir)
+    merged, start = load_file(model_dir / "model.safetensors"), load_file(start_dir / "model.safetensors")
+    assert merged.keys() == start.keys()
+    assert any(not torch.equal(merged[k], start[k]) for k in start)
+    assert [h["iteration"] for h in load_history(tmp_path / "ppo")] == [1, 2]
+
+    # reloaded from the checkpoint: the reference is the policy with its adapters off
+    config = demo_config(*VERIFIERS, *LORA)
+    cfg = ppo_config(config.ppo, 0, tmp_path / "unused")
+    trainer = build_trainer(config.ppo, cfg, str(start_dir), torch.float32, lora=peft_config(config.model))
+    assert isinstance(trainer.ref_model, AdaptersOff) and isinstance(trainer.model, PPOModel)
+    trainer.load_checkpoint(checkpoint)
+    assert any(p.requires_grad for p in trainer.model.base_model.parameters())  # freezing ref left them
+    trainer.model.eval()  # no LoRA dropout
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    plain = AutoModelForCausalLM.from_pretrained(start_dir, use_safetensors=True)
+    saved = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
+    with torch.no_grad():
+        torch.testing.assert_close(trainer.ref_model(input_ids=ids).logits, plain(input_ids=ids).logits)
+        adapted = trainer.model.base_model(input_ids=ids).logits
+        assert not torch.allclose(adapted, plain(input_ids=ids).logits)
+        torch.testing.assert_close(adapted, saved(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_lora_ppo_resumes_to_the_same_policy_and_history(demo_config, demo_snapshot, sft_result, tmp_path):
+    straight = _lora_run(demo_config, demo_snapshot, tmp_path / "straight", sft_result.model_dir, 4)
+    _lora_run(demo_config, demo_snapshot, tmp_path / "resumed", sft_result.model_dir, 2)
+    with (tmp_path / "resumed" / "history.jsonl").open("a") as fh:  # an iteration past the checkpoint
+        fh.write('{"iteration": 3, "reward/mean": 99.0}\n{"iterat')  # and a line cut short by a crash
+    resumed = _lora_run(demo_config, demo_snapshot, tmp_path / "resumed", sft_result.model_dir, 4)
+
+    assert resumed.resumed_from.endswith("checkpoint-2") and straight.resumed_from is None
+    assert resumed.metrics == pytest.approx(straight.metrics, rel=1e-4, abs=1e-6)
+    history_a, history_b = load_history(tmp_path / "resumed"), load_history(tmp_path / "straight")
+    assert [h["iteration"] for h in history_a] == [1, 2, 3, 4]
+    for a, b in zip(history_a, history_b, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    a = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
+    b = load_file(tmp_path / "straight" / "model" / "model.safetensors")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
