@@ -20,9 +20,11 @@ class TrainingResult:
 
     ``final_reward_mean``/``final_reward_std``: the saved policy's greedy answers to the
     held-out prompts (``final_reward_n`` of them), scored raw by the reward model.
-    ``reward_history``: mean reward of each iteration's sampled responses (the reward PPO
-    maximised); ``kl_history``: KL(policy || reference) per response; ``loss_history``:
-    the PPO loss (policy + value - entropy terms); ``value_loss_history``: the value head's error.
+    ``reward_history``: mean reward of each iteration's sampled responses, on the scale PPO
+    maximised (a saved reward model's output normalised by its training mean/std; a
+    ``RewardModel`` object's own output); ``kl_history``: KL(policy || reference) per
+    response; ``loss_history``: the PPO loss (policy + value - entropy terms);
+    ``value_loss_history``: the value head's error.
     """
 
     model_path: str
