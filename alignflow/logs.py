@@ -1,10 +1,36 @@
-"""Raising a library logger's level for one block: the libraries we drive narrate too much."""
+"""Keeping the libraries we drive off the user's screen.
+
+transformers, datasets, torch, Prefect, MLflow, DVC and great-expectations narrate: loader
+reports, progress bars, deprecation notes, retries. A person running a job wants our
+progress and our warnings; the rest belongs in a log file. :class:`QuietConsole` moves
+every third-party console handler's output into one log file for the length of a command,
+turns the libraries' progress bars off, and hands the ``alignflow`` loggers' warnings to a
+callback (the CLI shows them in its own words and layout). :func:`logger_level` quiets one
+library logger for one block.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+OURS = ("alignflow", "flows", "tasks")  # the loggers whose warnings are ours to show
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# read by the libraries when they import (set before they do): no bars, warnings only
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+_current_log_file: Path | None = None
 
 
 @contextmanager
@@ -17,3 +43,157 @@ def logger_level(name: str, level: int) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(previous)
+
+
+def quiet_environment() -> None:
+    """Defaults (the user's own settings win) that keep bars and chatter off from import on."""
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def current_log_file() -> Path | None:
+    """The log file of the command running now (None outside :class:`QuietConsole`)."""
+    return _current_log_file
+
+
+def default_log_file(command: str, root: str | Path = ".") -> Path:
+    """``.alignflow/logs/<command>-<time>.log`` under ``root`` (the project directory)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(root).resolve() / ".alignflow" / "logs" / f"{command}-{stamp}.log"
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
+        return False
+    stream = getattr(handler, "stream", None)
+    consoles = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}
+    return id(stream) in consoles or type(handler).__name__ in ("PrefectConsoleHandler", "_SafeStreamHandler")
+
+
+class _Relay(logging.Handler):
+    """Our loggers' warnings, handed to whoever shows them."""
+
+    def __init__(self, show: Callable[[str], None]):
+        super().__init__(logging.WARNING)
+        self.show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.show(record.getMessage())
+        except Exception:  # a display problem must not become the run's problem
+            self.handleError(record)
+
+
+def _library_bars_off(load: bool = False) -> None:
+    """Progress bars of the Hugging Face libraries off, whatever their environment said.
+
+    With ``load`` they are imported first (transformers and datasets import lazily, so this
+    costs about a second) and transformers' own stderr handler is created now, where the
+    sweep that follows can move it, rather than in the middle of a stage.
+    """
+    if load or "transformers" in sys.modules:
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:
+            pass
+        else:
+            hf_logging.get_logger("transformers")  # sets up its stderr handler, for the sweep
+            hf_logging.disable_progress_bar()
+    if load or "datasets" in sys.modules:
+        try:
+            import datasets
+        except ImportError:
+            pass
+        else:
+            datasets.disable_progress_bars()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+class QuietConsole:
+    """For one command: third-party log output into ``log_file``, ours shown via ``show``.
+
+    Use as a context manager; everything it changed is put back at exit. Libraries that
+    set up their console handlers later (torch and transformers do on import) are caught
+    by :meth:`sweep`, which is cheap and may be called again at any time (the CLI calls it
+    as each stage starts).
+    """
+
+    def __init__(
+        self, log_file: str | Path, show: Callable[[str], None] | None = None, load_libraries: bool = False
+    ):
+        self.log_file = Path(log_file)
+        self.show = show
+        self.load_libraries = load_libraries  # import transformers/datasets now to quiet them from the start
+        self._file: logging.FileHandler | None = None
+        self._relay: _Relay | None = None
+        self._removed: list[tuple[logging.Logger, logging.Handler]] = []
+        self._changed: dict[logging.Logger, tuple[bool, bool]] = {}  # logger -> (propagate, had file)
+        self._ours_levels: dict[str, int] = {}
+        self._captured_warnings = False
+
+    def __enter__(self) -> QuietConsole:
+        global _current_log_file
+        quiet_environment()
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._file = logging.FileHandler(self.log_file, encoding="utf-8")
+        self._file.setFormatter(logging.Formatter(LOG_FORMAT))
+        logging.root.addHandler(self._file)
+        self._relay = _Relay(self.show) if self.show is not None else None
+        for name in OURS:
+            ours = logging.getLogger(name)
+            self._ours_levels[name] = ours.level
+            if ours.getEffectiveLevel() > logging.INFO:
+                ours.setLevel(logging.INFO)  # our info lines belong in the file
+            if self._relay is not None:
+                ours.addHandler(self._relay)
+        logging.captureWarnings(True)
+        self._captured_warnings = True
+        _library_bars_off(load=self.load_libraries)
+        self.sweep()
+        _current_log_file = self.log_file
+        return self
+
+    def sweep(self) -> None:
+        """Move every console handler outside our packages to the log file; bars off."""
+        if self._file is None:
+            return
+        _library_bars_off()
+        loggers = [logging.root] + [
+            logger
+            for name, logger in list(logging.root.manager.loggerDict.items())
+            if isinstance(logger, logging.Logger) and name.split(".")[0] not in OURS
+        ]
+        for logger in loggers:
+            consoles = [h for h in logger.handlers if _is_console(h)]
+            if not consoles:
+                continue
+            for handler in consoles:
+                logger.removeHandler(handler)
+                self._removed.append((logger, handler))
+            if logger is not logging.root and logger not in self._changed:
+                self._changed[logger] = (logger.propagate, self._file in logger.handlers)
+                if not logger.propagate:  # it printed on its own: now it writes to the file on its own
+                    logger.addHandler(self._file)
+
+    def __exit__(self, *exc: object) -> None:
+        global _current_log_file
+        for logger, handler in reversed(self._removed):
+            logger.addHandler(handler)
+        for logger, (_propagate, had_file) in self._changed.items():
+            if not had_file and self._file in logger.handlers:
+                logger.removeHandler(self._file)
+        for name, level in self._ours_levels.items():
+            ours = logging.getLogger(name)
+            ours.setLevel(level)
+            if self._relay is not None:
+                ours.removeHandler(self._relay)
+        if self._captured_warnings:
+            logging.captureWarnings(False)
+        if self._file is not None:
+            logging.root.removeHandler(self._file)
+            self._file.close()
+        self._removed, self._changed = [], {}
+        _current_log_file = None

@@ -5,6 +5,42 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# metric names that say how a trainer ran, not how good its model is
+_NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
+
+# what a person checks first in each stage's row; other metrics fill the rest of the cell
+_HEADLINE = {
+    "evaluate": (
+        "golden/task_accuracy",
+        "golden/reference_task_accuracy",
+        "golden/champion_task_accuracy",
+        "golden/reward_accuracy",
+        "eval/task_accuracy",
+        "eval/kl_to_reference",
+    ),
+    "reward": ("eval/accuracy", "eval/ece", "eval/margin_mean", "train/accuracy"),
+}
+
+
+def key_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
+    """A stage's metrics in one short line: its headline figures first, trainer noise left out.
+
+    Held-out figures go by their bare name, pinned-set ones as ``pinned …``; any other scope
+    stays (train accuracy is not accuracy). Interval bounds are left to the gate table.
+    """
+    from alignflow.evaluation.intervals import is_bound_key
+
+    headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
+    rest = [
+        k for k in metrics if k not in headline and not any(n in k for n in _NOISE) and not is_bound_key(k)
+    ]
+    shown = (headline + rest)[: max(limit, len(headline))]
+    return ", ".join(f"{_short(k)}={metrics[k]:.3g}" for k in shown)
+
+
+def _short(key: str) -> str:
+    return "pinned " + key.removeprefix("golden/") if key.startswith("golden/") else key.removeprefix("eval/")
+
 
 @dataclass
 class StageOutcome:

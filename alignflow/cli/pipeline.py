@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,41 +12,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from alignflow import progress
+from alignflow.cli.progress_view import watched
+
 console = Console()
 
 
-_NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
-
-
-# what a person checks first in each stage's row; other metrics fill the rest of the cell
-_HEADLINE = {
-    "evaluate": (
-        "golden/task_accuracy",
-        "golden/reference_task_accuracy",
-        "golden/champion_task_accuracy",
-        "golden/reward_accuracy",
-        "eval/task_accuracy",
-        "eval/kl_to_reference",
-    ),
-    "reward": ("eval/accuracy", "eval/ece", "eval/margin_mean", "train/accuracy"),
-}
-
-
 def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
-    from alignflow.evaluation.intervals import is_bound_key
+    from flows.summary import key_metrics
 
-    headline = [k for k in _HEADLINE.get(stage, ()) if metrics.get(k) is not None]
-    rest = [
-        k for k in metrics if k not in headline and not any(n in k for n in _NOISE) and not is_bound_key(k)
-    ]
-    shown = (headline + rest)[: max(limit, len(headline))]
-    # held-out figures go by their bare name; any other scope stays (train accuracy is not accuracy)
-    return ", ".join(f"{_short(k)}={metrics[k]:.3g}" for k in shown)
-
-
-def _short(key: str) -> str:
-    """Pinned-set figures read as ``pinned …``; the run's own eval split keeps its bare name."""
-    return "pinned " + key.removeprefix("golden/") if key.startswith("golden/") else key.removeprefix("eval/")
+    return key_metrics(stage, metrics, limit)
 
 
 def render_summary(summary: dict[str, Any]) -> None:
@@ -93,12 +69,18 @@ def render_summary(summary: dict[str, Any]) -> None:
     console.print("  prefect server start   # then browse http://127.0.0.1:4200")
 
 
+def planned_stages(config: Any) -> list[str]:
+    """The stages a run goes through, in order (the live view lists them from the start)."""
+    sft = ["sft"] if config.policy.run_sft else []
+    return ["data", *sft, "reward", "policy", "evaluate", "register", "promote"]
+
+
 def _unchanged_run(config: Any) -> dict[str, Any] | None:
     """The summary of a run with nothing to do, decided before Prefect starts (None: work to do)."""
     from flows.unchanged import check_before_flow
 
-    with console.status("checking data and registry…"):
-        summary = check_before_flow(config, ".")
+    progress.note("checking data and registry…")
+    summary = check_before_flow(config, ".")
     return summary.to_dict() if summary else None
 
 
@@ -106,7 +88,8 @@ def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[st
     from flows.environment import local_flow_settings
     from flows.retrain import retrain
 
-    with local_flow_settings(), console.status("retraining (live metrics in the MLflow UI)…"):
+    progress.note("starting the retraining flow (Prefect)…")
+    with local_flow_settings():
         return retrain(str(config) if config else None, overrides, force=force)
 
 
@@ -119,11 +102,20 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(
             False, "--force", help="run the flow even when the champion comes from this data and config"
         ),
+        quiet: bool = typer.Option(
+            False, "--quiet", "-q", help="no progress while running; only the summary at the end"
+        ),
     ) -> None:
-        """Run the whole retraining flow (validate → … → promote) on the configured services."""
+        """Run the whole retraining flow (validate → … → promote) on the configured services.
+
+        On a terminal a live view shows each stage, the current one with step n/N, rate and
+        ETA; elsewhere (CI, logs) one plain line per event. Library output goes to the log
+        file under .alignflow/logs/, named at the end.
+        """
         from flows.environment import apply_defaults
 
         apply_defaults()
+        os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
         from alignflow.config import ConfigError, load_config
 
         try:
@@ -131,10 +123,16 @@ def register(app: typer.Typer) -> None:
         except ConfigError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(2) from exc
-        summary = None if force else _unchanged_run(pipeline_config)
-        if summary is None:
-            summary = _run_flow(config, list(overrides), force)
+        import flows.retrain  # noqa: F401 - Prefect sets up its logging on import: before the sweep
+        import flows.unchanged  # noqa: F401
+
+        title = f"alignflow run — {pipeline_config.project}"
+        with watched(title, planned_stages(pipeline_config), quiet, "run", console) as log_file:
+            summary = None if force else _unchanged_run(pipeline_config)
+            if summary is None:
+                summary = _run_flow(config, list(overrides), force)
         render_summary(summary)
+        console.print(f"log: {log_file}", soft_wrap=True, highlight=False)
         if summary_json:
             summary_json.write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         if summary.get("stopped"):
@@ -150,6 +148,7 @@ def register(app: typer.Typer) -> None:
         from flows.environment import apply_defaults
 
         apply_defaults()
+        os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
         from flows.retrain import retrain
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")

@@ -33,6 +33,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from alignflow import progress
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
@@ -120,8 +121,9 @@ def trainer_arguments(
         "seed": seed,
         "data_seed": seed,
         "report_to": [],  # tracking goes through TrackingCallback into the caller's active run
-        # progress bars follow transformers' verbosity (TRANSFORMERS_VERBOSITY=error hides them)
-        "disable_tqdm": None,
+        # progress bars follow transformers' verbosity (TRANSFORMERS_VERBOSITY=error hides them);
+        # none while somebody shows our own progress (alignflow.progress: the CLI's live view)
+        "disable_tqdm": True if progress.active() else None,
         "dataloader_num_workers": 0,
         "use_cpu": not torch.cuda.is_available(),
         "save_safetensors": True,
@@ -268,7 +270,8 @@ def finish_stage(
 
 
 class TrackingCallback(TrainerCallback):
-    """Send a trainer's logs to the active MLflow run as ``train/...`` and ``eval/...`` metrics."""
+    """Send a trainer's logs to the active MLflow run as ``train/...`` and ``eval/...`` metrics,
+    and its steps to :mod:`alignflow.progress` (step n of max_steps, for a live view)."""
 
     def __init__(self, params: Mapping[str, Any] | None = None, prefix: str = ""):
         self.params = dict(params or {})
@@ -277,6 +280,12 @@ class TrackingCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self.params and state.global_step == 0:
             tracking.log_params(self.params)
+        if state.global_step:
+            progress.note(f"resumed at step {state.global_step}")
+        progress.step(state.global_step, state.max_steps or None)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        progress.step(state.global_step, state.max_steps or None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         tracking.log_metrics(metric_names(logs or {}, self.prefix), step=state.global_step)
