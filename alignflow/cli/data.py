@@ -16,7 +16,8 @@ console = Console()
 err = Console(stderr=True)
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-SHOWN_EXAMPLES = 10
+SHOWN_EXAMPLES = 5  # per reason on the console; the report file holds every quarantined row
+DEFAULT_REPORT = Path(".alignflow") / "reports" / "validate-report.json"
 FORMAT_HELP = "reader: jsonl, json, parquet, csv, datasets (default: detected)"
 
 
@@ -30,7 +31,13 @@ def _config(config_path: Path | None, overrides: list[str]):
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def _print_report(report: dict) -> None:
+def _where(example: dict) -> str:
+    where = example["file"] if example["row"] is None else f"{example['file']}:{example['row']}"
+    return where + (f" [{example['field']}]" if example.get("field") else "")
+
+
+def _print_report(report: dict, full_report: str | Path | None = None, rows_at: str | None = None) -> None:
+    """Counts per reason, the first few examples of each, then where every row is listed."""
     verdict = "[green]PASSED[/green]" if report["passed"] else "[red]FAILED[/red]"
     console.print(
         f"validation {verdict}: {report['input_rows']} rows read, {report['kept']} kept, "
@@ -50,20 +57,26 @@ def _print_report(report: dict) -> None:
         console.print(table)
         # one example per line, never wrapped, so file:row stays copyable and greppable
         for code, count in report["counts_by_reason"].items():
-            shown = report["examples"][code][:SHOWN_EXAMPLES]
+            shown = report["examples"].get(code, [])[:SHOWN_EXAMPLES]
             for ex in shown:
-                where = ex["file"] if ex["row"] is None else f"{ex['file']}:{ex['row']}"
-                field = f" [{ex['field']}]" if ex["field"] else ""
-                console.print(f"{code}: {where}{field}: {ex['message']}", markup=False, soft_wrap=True)
+                console.print(f"{code}: {_where(ex)}: {ex['message']}", markup=False, soft_wrap=True)
             if count > len(shown):
-                console.print(
-                    f"{code}: ... {count - len(shown)} more (--report FILE lists more; "
-                    "data add keeps all in quarantine.parquet)",
-                    markup=False,
-                    soft_wrap=True,
-                )
+                console.print(f"{code}: … {count - len(shown)} more", markup=False, soft_wrap=True)
     for warning in report["warnings"]:
         console.print(f"[yellow]warning {warning['code']}:[/yellow] {warning['message']}")
+    if rows_at:
+        console.print(f"every quarantined row: {rows_at}", soft_wrap=True, highlight=False)
+    if full_report:
+        console.print(f"full report: {full_report}", soft_wrap=True, highlight=False)
+
+
+def _read_report(path: str | Path | None) -> dict | None:
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8")) if path else None
+    except (OSError, ValueError):
+        return None
 
 
 @app.command()
@@ -97,7 +110,12 @@ def validate(
     config_path: Path = typer.Option(None, "--config", help="pipeline config YAML"),
     overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. data.max_chars=100"),
 ) -> None:
-    """Validate preference data and report bad rows by reason, file and row."""
+    """Validate preference data and report bad rows by reason, file and row.
+
+    The console shows the counts per reason and the first few rows of each; the JSON
+    report (--report, else .alignflow/reports/validate-report.json when a row is bad) lists
+    every quarantined row under ``quarantined_rows``.
+    """
     from alignflow.data.readers import FormatError
     from alignflow.data.report import write_report
     from alignflow.data.validation import exit_code, validate_paths
@@ -108,9 +126,11 @@ def validate(
     except FormatError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
-    _print_report(validated.report)
-    if report:
-        console.print(f"report: {write_report(validated.report, report)}", soft_wrap=True)
+    written = None
+    if report or validated.issues:
+        full = {**validated.report, "quarantined_rows": [issue.to_dict() for issue in validated.issues]}
+        written = write_report(full, (report or DEFAULT_REPORT).resolve())
+    _print_report(validated.report, written)
     raise typer.Exit(exit_code(validated.report))
 
 
@@ -134,10 +154,25 @@ def add(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
     except DataValidationFailed as exc:
-        err.print(exc.result.summary, markup=False, soft_wrap=True)
-        err.print(f"[red]not versioned[/red]; report: {exc.result.report_path}")
+        failed = _read_report(exc.result.report_path)
+        if failed is None:
+            err.print(exc.result.summary, markup=False, soft_wrap=True)
+        else:
+            _print_report(failed, exc.result.report_path)
+        err.print(
+            "[red]not versioned[/red]: the report keeps the first rows of each reason; "
+            "`alignflow data validate PATH --report FILE` lists every one",
+            soft_wrap=True,
+        )
         raise typer.Exit(exc.result.exit_code) from None
-    console.print(version.validation.summary, markup=False, soft_wrap=True)
+    shown = _read_report(version.report_path)
+    if shown is None:
+        console.print(version.validation.summary, markup=False, soft_wrap=True)
+    else:
+        from alignflow.data.snapshot import QUARANTINE, split_path
+
+        rows_at = str(split_path(version.data_dir, QUARANTINE)) if shown["quarantined"] else None
+        _print_report(shown, version.report_path, rows_at)
     counts = ", ".join(f"{k}={v}" for k, v in version.counts.items())
     console.print(f"snapshot: {version.data_dir} ({counts})")
     console.print(f"data version: [bold]{version.version}[/bold]")
