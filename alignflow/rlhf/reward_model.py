@@ -156,7 +156,7 @@ def train_reward_model(
     (``eval/mse`` on ``val_dataset``, ``train_loss``).
     """
     from alignflow.data.snapshot import write_split
-    from alignflow.rlhf.pipeline import pipeline_config, reward_settings
+    from alignflow.rlhf.pipeline import pipeline_config, reward_settings, setting
     from alignflow.training.reward import run_reward
 
     if len(train_dataset) == 0:
@@ -165,8 +165,9 @@ def train_reward_model(
         data_dir = work / "data"
         write_split(data_dir, "train", train_dataset.snapshot_records())
         write_split(data_dir, "eval", val_dataset.snapshot_records() if val_dataset is not None else [])
+        # rows are cut to the length the datasets were encoded with
         settings = reward_settings(config, "regression", len(train_dataset))
-        settings.append(f"reward.max_length={train_dataset.max_length}")
+        settings.append(setting("reward.max_length", train_dataset.max_length))
         pipeline = pipeline_config([], settings)
         start = _start_model(config.base_model, tokenizer, work, pipeline.model)
         result = run_reward(pipeline, data_dir, work / "reward", model_path=start)
