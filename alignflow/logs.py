@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 OURS = ("alignflow", "flows", "tasks")  # the loggers whose warnings are ours to show
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -66,22 +67,41 @@ def _is_console(handler: logging.Handler) -> bool:
     if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
         return False
     stream = getattr(handler, "stream", None)
-    consoles = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}
+    streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    consoles = {id(s) for s in streams if s is not None}
     return id(stream) in consoles or type(handler).__name__ in ("PrefectConsoleHandler", "_SafeStreamHandler")
 
 
 class _Relay(logging.Handler):
-    """Our loggers' warnings, handed to whoever shows them."""
+    """Our loggers' warnings, handed to whoever shows them (``QuietConsole.show``)."""
 
-    def __init__(self, show: Callable[[str], None]):
+    def __init__(self, owner: QuietConsole):
         super().__init__(logging.WARNING)
-        self.show = show
+        self.owner = owner
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.owner.show is None:
+            return
         try:
-            self.show(record.getMessage())
+            self.owner.show(record.getMessage())
         except Exception:  # a display problem must not become the run's problem
             self.handleError(record)
+
+
+def _own_terminal_stream(stream: TextIO, fd: int) -> tuple[TextIO, bool]:
+    """A stream on the terminal ``stream`` writes to, that survives ``fd`` being redirected.
+
+    Returns the stream and whether it was opened here (a dup of ``fd``) and must be closed.
+    A stream not backed by ``fd`` (a test runner's buffer) is used as it is.
+    """
+    try:
+        backed = stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        backed = False
+    if not backed:
+        return stream, False
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return os.fdopen(os.dup(fd), "w", encoding=encoding, errors="replace", buffering=1), True
 
 
 def _library_bars_off(load: bool = False) -> None:
@@ -113,26 +133,47 @@ def _library_bars_off(load: bool = False) -> None:
 
 
 class QuietConsole:
-    """For one command: third-party log output into ``log_file``, ours shown via ``show``.
+    """For one command: everything but our own output goes into ``log_file``.
 
-    Use as a context manager; everything it changed is put back at exit. Libraries that
-    set up their console handlers later (torch and transformers do on import) are caught
-    by :meth:`sweep`, which is cheap and may be called again at any time (the CLI calls it
-    as each stage starts).
+    - log records of third-party loggers (their console handlers are moved to the file),
+      Python warnings, and our loggers' info lines go to the file; our warnings go to
+      ``show`` (the CLI's view prints them in its own layout);
+    - with ``capture_output`` (the CLI), whatever anyone else writes to stdout or stderr,
+      from Python, C code or a child process (DVC's bars, the ephemeral Prefect server),
+      lands in the file too, and :meth:`terminal` hands the CLI a stream on the real one;
+    - the Hugging Face libraries' progress bars are turned off.
+
+    Everything is put back at exit. Libraries that set up their console handlers later
+    (torch and transformers do on import) are caught by :meth:`sweep`, which is cheap and
+    may be called at any time (the CLI calls it as each stage starts).
     """
 
     def __init__(
-        self, log_file: str | Path, show: Callable[[str], None] | None = None, load_libraries: bool = False
+        self,
+        log_file: str | Path,
+        show: Callable[[str], None] | None = None,
+        load_libraries: bool = False,
+        capture_output: bool = False,
     ):
         self.log_file = Path(log_file)
         self.show = show
-        self.load_libraries = load_libraries  # import transformers/datasets now to quiet them from the start
+        self.load_libraries = load_libraries  # import transformers/datasets now: quiet from the start
+        self.capture_output = capture_output
         self._file: logging.FileHandler | None = None
-        self._relay: _Relay | None = None
+        self._relay = _Relay(self)
         self._removed: list[tuple[logging.Logger, logging.Handler]] = []
-        self._changed: dict[logging.Logger, tuple[bool, bool]] = {}  # logger -> (propagate, had file)
+        self._changed: dict[logging.Logger, bool] = {}  # logger -> whether it had the file handler
         self._ours_levels: dict[str, int] = {}
-        self._captured_warnings = False
+        self._terminal: dict[bool, tuple[TextIO, bool]] = {}
+        self._saved_streams: tuple[TextIO, TextIO] | None = None
+        self._saved_fds: dict[int, int] = {}
+        self._output: TextIO | None = None
+
+    def terminal(self, stderr: bool = False) -> TextIO:
+        """The stream our own output goes to (the real stdout/stderr while output is captured)."""
+        if stderr in self._terminal:
+            return self._terminal[stderr][0]
+        return sys.stderr if stderr else sys.stdout
 
     def __enter__(self) -> QuietConsole:
         global _current_log_file
@@ -141,20 +182,56 @@ class QuietConsole:
         self._file = logging.FileHandler(self.log_file, encoding="utf-8")
         self._file.setFormatter(logging.Formatter(LOG_FORMAT))
         logging.root.addHandler(self._file)
-        self._relay = _Relay(self.show) if self.show is not None else None
         for name in OURS:
             ours = logging.getLogger(name)
             self._ours_levels[name] = ours.level
             if ours.getEffectiveLevel() > logging.INFO:
                 ours.setLevel(logging.INFO)  # our info lines belong in the file
-            if self._relay is not None:
-                ours.addHandler(self._relay)
+            ours.addHandler(self._relay)
         logging.captureWarnings(True)
-        self._captured_warnings = True
+        if self.capture_output:
+            self._capture()
+        self.sweep()  # before the libraries are loaded: what they say on loading goes to the file
         _library_bars_off(load=self.load_libraries)
         self.sweep()
         _current_log_file = self.log_file
         return self
+
+    def _capture(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self._terminal = {
+            False: _own_terminal_stream(sys.stdout, 1),
+            True: _own_terminal_stream(sys.stderr, 2),
+        }
+        self._output = open(self.log_file, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115
+        for fd in (1, 2):
+            try:
+                self._saved_fds[fd] = os.dup(fd)
+                os.dup2(self._output.fileno(), fd)
+            except OSError:  # no such descriptor (a detached process): Python-level capture only
+                self._saved_fds.pop(fd, None)
+        self._saved_streams = (sys.stdout, sys.stderr)
+        sys.stdout = sys.stderr = self._output
+
+    def _release(self) -> None:
+        if self._saved_streams is not None:
+            sys.stdout, sys.stderr = self._saved_streams
+            self._saved_streams = None
+        if self._output is not None:
+            self._output.flush()
+        for fd, saved in self._saved_fds.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved_fds = {}
+        for stream, opened_here in self._terminal.values():
+            stream.flush()
+            if opened_here:
+                stream.close()
+        self._terminal = {}
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
     def sweep(self) -> None:
         """Move every console handler outside our packages to the log file; bars off."""
@@ -174,24 +251,23 @@ class QuietConsole:
                 logger.removeHandler(handler)
                 self._removed.append((logger, handler))
             if logger is not logging.root and logger not in self._changed:
-                self._changed[logger] = (logger.propagate, self._file in logger.handlers)
+                self._changed[logger] = self._file in logger.handlers
                 if not logger.propagate:  # it printed on its own: now it writes to the file on its own
                     logger.addHandler(self._file)
 
     def __exit__(self, *exc: object) -> None:
         global _current_log_file
+        self._release()
         for logger, handler in reversed(self._removed):
             logger.addHandler(handler)
-        for logger, (_propagate, had_file) in self._changed.items():
+        for logger, had_file in self._changed.items():
             if not had_file and self._file in logger.handlers:
                 logger.removeHandler(self._file)
         for name, level in self._ours_levels.items():
             ours = logging.getLogger(name)
             ours.setLevel(level)
-            if self._relay is not None:
-                ours.removeHandler(self._relay)
-        if self._captured_warnings:
-            logging.captureWarnings(False)
+            ours.removeHandler(self._relay)
+        logging.captureWarnings(False)
         if self._file is not None:
             logging.root.removeHandler(self._file)
             self._file.close()

@@ -188,8 +188,9 @@ class LiveView:
             get_renderable=self.render,
             refresh_per_second=8,
             transient=True,
-            redirect_stdout=True,
-            redirect_stderr=True,
+            # others' output goes to the log file (alignflow.logs.QuietConsole), not above the view
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         self._spinners: dict[str, Spinner] = {}
 
@@ -262,9 +263,10 @@ def pick_mode(console: Console, quiet: bool) -> Mode:
 
 @contextmanager
 def progress_display(
-    console: Console, title: str, planned: Sequence[str] = (), quiet: bool = False
+    console: Console, title: str, planned: Sequence[str] = (), quiet: bool = False, err: Console | None = None
 ) -> Iterator[LiveView | PlainView | QuietView]:
-    """Show the progress events published inside the block the way ``console`` allows."""
+    """Show the progress events published inside the block the way ``console`` allows
+    (``err``: where warnings go with ``quiet``)."""
     mode = pick_mode(console, quiet)
     if mode == "live":
         view: LiveView | PlainView | QuietView = LiveView(console, title, planned)
@@ -274,7 +276,7 @@ def progress_display(
         )
         view.line(title)
     else:
-        view = QuietView(Console(stderr=True))
+        view = QuietView(err or Console(stderr=True))
     with progress.listening(view):
         if isinstance(view, LiveView):
             with view.live:
@@ -287,21 +289,22 @@ def progress_display(
 def watched(
     title: str, planned: Sequence[str], quiet: bool, log_name: str, console: Console
 ) -> Iterator[Path]:
-    """The progress display, and third-party output into a log file (yielded) meanwhile.
+    """Progress on the terminal, everything else into a log file (yielded) meanwhile.
 
     Enter it after the heavy imports: libraries set up their console handlers on import;
     each stage start sweeps again for those that came later.
     """
     from alignflow.logs import QuietConsole, default_log_file
 
-    with (
-        progress_display(console, title, planned, quiet) as view,
-        QuietConsole(default_log_file(log_name), view.warning, load_libraries=True) as quiet_console,
-    ):
+    with QuietConsole(default_log_file(log_name), load_libraries=True, capture_output=True) as quiet_console:
+        screen = Console(file=quiet_console.terminal(stderr=console.stderr))
+        err = Console(file=quiet_console.terminal(stderr=True))
+        with progress_display(screen, title, planned, quiet, err) as view:
+            quiet_console.show = view.warning
 
-        def sweep(event: ProgressEvent) -> None:
-            if event.kind == "stage_started":
-                quiet_console.sweep()
+            def sweep(event: ProgressEvent) -> None:
+                if event.kind == "stage_started":
+                    quiet_console.sweep()
 
-        with progress.listening(sweep):
-            yield quiet_console.log_file
+            with progress.listening(sweep):
+                yield quiet_console.log_file

@@ -18,8 +18,17 @@ import time
 from pathlib import Path
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
-# what transformers, datasets, huggingface_hub and tqdm print when nobody stops them
+# what transformers, datasets, huggingface_hub, DVC, Prefect and tqdm print when nobody stops them
 LIBRARY_NOISE = (
+    "Adding...",
+    "Checking graph",
+    "Collecting files",
+    "file/s]",
+    "Waiting to acquire lock",
+    "| WARNING |",
+    "| ERROR |",
+    "py.warnings",
+    "Traceback",
     "Loading weights",
     "LOAD REPORT",
     "Consider training on your downstream task",

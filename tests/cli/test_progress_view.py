@@ -164,3 +164,23 @@ def test_quiet_console_moves_library_output_to_the_log_file_and_shows_ours(tmp_p
     assert shown == ["resumed from checkpoint-50"]
     text = log_file.read_text()
     assert "newly initialized" in text and "late chatter" in text and "resumed from checkpoint-50" in text
+
+
+def test_captured_output_from_python_c_and_child_processes_goes_to_the_log_file(tmp_path, capfd):
+    import os
+    import subprocess
+
+    log_file = tmp_path / "run.log"
+    with QuietConsole(log_file, capture_output=True) as quiet:
+        print("a library's print")
+        sys.stderr.write("a bar drawn on stderr\r")
+        os.write(2, b"C code writing to fd 2\n")
+        subprocess.run([sys.executable, "-c", "print('a child process')"], check=True)
+        quiet.terminal().write("ours, on the terminal\n")
+    print("after the command")
+    captured = capfd.readouterr()
+    seen = captured.out + captured.err
+    assert "ours, on the terminal" in seen and "after the command" in seen
+    for chatter in ("a library's print", "a bar drawn on stderr", "C code writing", "a child process"):
+        assert chatter not in seen
+        assert chatter in log_file.read_text()
