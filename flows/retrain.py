@@ -19,10 +19,12 @@ import mlflow
 from prefect import flow
 from prefect.deployments import run_deployment
 
+from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.data.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
+from flows.artifacts import publish_run_artifacts
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
 from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do, trained_on
@@ -127,8 +129,9 @@ class Stages:
 
     def run(self, stage: str, inputs: StageInputs | None = None, call=None) -> dict[str, Any]:
         started = time.perf_counter()
-        result = call() if call else call_stage(self.config, stage, inputs)
-        cached = bool(result.get("cached"))
+        with progress.stage(stage) as shown:  # what the CLI's live view follows
+            result = call() if call else call_stage(self.config, stage, inputs)
+            cached = shown.cached = bool(result.get("cached"))
         self.summary.add(
             StageOutcome(
                 name=stage,
@@ -323,4 +326,5 @@ def retrain(
             }
         )
         mlflow.log_dict(summary.to_dict(), "summary.json")
+        publish_run_artifacts(summary)  # Prefect UI summary + gate table on the evaluate run
     return summary.to_dict()

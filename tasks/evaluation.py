@@ -12,6 +12,41 @@ from tasks.retry import retry_transient
 from tasks.stage_inputs import EvaluateInputs
 from tasks.stage_task import pipeline_config, run_in_stage
 
+COMPLETIONS_TABLE = "eval/completions.json"
+MODELS = ("policy", "reference", "champion")
+
+
+def _verdict(value: Any, against: str) -> str:
+    """A judge's verdict on one prompt in words (1.0: the policy won, 0.0: the other side)."""
+    if value is None:
+        return ""
+    return {1.0: "policy", 0.0: against, 0.5: "tie"}.get(float(value), f"{float(value):.2f}")
+
+
+def completions_table(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Sample completions of policy, reference and champion side by side, whether each gives
+    the reference answer, and every judge's verdict: the columns ``mlflow.log_table`` takes."""
+    from alignflow.data.demo import task_accuracy
+
+    rows = []
+    for sample in samples:
+        answer = sample.get("answer")
+        row: dict[str, Any] = {"prompt": sample.get("prompt"), "answer": answer}
+        for model in MODELS:
+            if model in sample:
+                row[model] = sample[model]
+                if answer is not None:
+                    row[f"{model}_correct"] = bool(task_accuracy(sample[model], answer))
+        for key, value in sample.items():
+            if key.startswith("verdict/"):
+                judge, _, against = key.removeprefix("verdict/").rpartition("_vs_")
+                row[f"{judge}: policy vs {against}"] = _verdict(value, against)
+        rows.append(row)
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    return {c: [row.get(c) for row in rows] for c in columns}
+
 
 @task(
     name="evaluate",
@@ -26,6 +61,8 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
     config = pipeline_config(inputs.config_json)
 
     def call() -> dict[str, Any]:
+        import mlflow
+
         from alignflow.evaluation.evaluate import evaluate_paths
         from alignflow.evaluation.plots import report_plots
         from alignflow.evaluation.report import log_report
@@ -46,6 +83,8 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
             report.info["golden_path"] = inputs.golden_path
         out = inputs.output_dir
         paths = log_report(report, out, report_plots(report, Path(out) / "plots"))
+        if report.samples and mlflow.active_run() is not None:  # the UI's table/evaluation view
+            mlflow.log_table(data=completions_table(report.samples), artifact_file=COMPLETIONS_TABLE)
         return {"metrics": report.gate_metrics(), "report": str(paths["json"]), "output_dir": out}
 
     return run_in_stage("evaluate", config, inputs.parent_run_id, call)

@@ -1,0 +1,226 @@
+"""What ``alignflow run`` shows while it works and what it leaves in the Prefect and MLflow UIs.
+
+Two runs of the real CLI (subprocesses on the session's Prefect test API, MLflow in the
+workspace) on the demo config made tiny, with gates a tiny model can pass:
+
+1. under a pseudo-terminal, with the user's environment asking transformers and the hub
+   for their warnings and bars: the live view, and nothing of theirs on the screen;
+2. the same data with a changed policy config, stdout piped: plain lines, cache hits for
+   the unchanged stages, and an evaluation against the champion the first run promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from alignflow.registry.runs import child_runs
+from flows.artifacts import GATES_TABLE, artifact_key
+from tasks.evaluation import COMPLETIONS_TABLE
+from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
+
+pytestmark = pytest.mark.slow
+PROJECT = "watch-demo"
+TINY = [
+    f"project={PROJECT}",
+    "data.demo_rows=400",
+    "data.demo_scored_rows=50",
+    "sft.max_steps=12",
+    "reward.max_steps=10",
+    "dpo.max_steps=4",
+    "evaluation.max_prompts=16",
+    "evaluation.max_pairs=20",
+    "evaluation.kl_samples=4",
+    # a tiny model cannot pass the demo's gates; these let the first run make a champion
+    "promotion.min_judged_rows=1",
+    "promotion.min_task_accuracy_gain=null",
+    "promotion.min_win_rate_vs_reference=null",
+    "promotion.max_length_growth=null",
+    "promotion.min_reward_accuracy=null",
+]
+STAGES = ("data", "sft", "reward", "policy", "evaluate", "register", "promote")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("watch")
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(workspace) -> str:
+    return f"sqlite:///{workspace / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def env(workspace) -> dict[str, str]:
+    """This session's Prefect test API, results and state in the workspace."""
+    from prefect.settings import PREFECT_API_URL
+
+    return {
+        **os.environ,
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(workspace / ".alignflow" / "prefect-results"),
+        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "1",
+    }
+
+
+def run_command(tracking_uri: str, summary: str, *extra: str) -> list[str]:
+    sets = [arg for item in [*TINY, f"tracking.uri={tracking_uri}", *extra] for arg in ("--set", item)]
+    return cli("run", *sets, "--summary-json", summary)
+
+
+@pytest.fixture(scope="module")
+def on_terminal(workspace, tracking_uri, env):
+    """The first run, on a terminal, with the user asking the libraries to talk."""
+    noisy = {**env, "TRANSFORMERS_VERBOSITY": "warning", "HF_HUB_DISABLE_PROGRESS_BARS": "0"}
+    code, raw = run_in_terminal(run_command(tracking_uri, "first.json"), workspace, noisy)
+    (workspace / "terminal.txt").write_text(raw, encoding="utf-8")  # for a look after a failure
+    assert code == 0, raw[-4000:]
+    return raw, json.loads((workspace / "first.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def piped(on_terminal, workspace, tracking_uri, env):
+    """The second run (policy config changed), stdout and stderr to pipes."""
+    done = subprocess.run(
+        run_command(tracking_uri, "second.json", "dpo.beta=0.2"),
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, done.stderr, json.loads((workspace / "second.json").read_text())
+
+
+def test_the_live_view_shows_each_stage_and_its_steps_while_training(on_terminal):
+    raw, summary = on_terminal
+    lines = screen_lines(raw)
+    view = [line for line in lines if re.search(r"\b(sft|reward|policy)\b.*step \d+/\d+", line)]
+    for stage, total in (("sft", 12), ("reward", 10), ("policy", 4)):
+        counts = {
+            int(m) for line in view if f" {stage} " in line for m in re.findall(rf"step (\d+)/{total}", line)
+        }
+        assert any(0 < n < total for n in counts), (
+            f"no step of {stage} shown while it trained: {sorted(counts)}"
+        )
+    assert any("steps/s" in line and "ETA" in line for line in view), "rate and ETA"
+    running = [line for line in lines if "alignflow run — watch-demo" in line]
+    assert running, "the live view's heading"
+    assert "\x1b[" in raw and "\r" in raw, "drawn in place on a terminal"
+    assert summary["promotions"]["policy"]["promoted"], summary["promotions"]
+
+
+def test_without_a_terminal_each_event_is_one_plain_line(piped):
+    stdout, _, summary = piped
+    assert "\x1b[" not in stdout and "\r" not in stdout
+    events = [line for line in stdout.splitlines() if re.match(r"^\[\s*[\dhms.]+\] ", line)]
+    said = [line.split("] ", 1)[1] for line in events]
+    assert said.index("data: started") < said.index("policy: started") < said.index("evaluate: started")
+    # each stage's line says what the summary says: a cache hit (the data, unchanged; sft and
+    # reward unless the library's code changed in between) or work done
+    for stage in summary["stages"]:
+        outcome = "cache hit" if stage["cached"] else "done"
+        assert any(re.fullmatch(rf"{stage['name']}: {outcome} in [\d.]+s(, .*)?", s) for s in said), said
+    assert next(s for s in summary["stages"] if s["name"] == "data")["cached"], "same input, same version"
+    assert any(re.match(r"policy: step [1-3]/4, [\d.]+ steps/s, ETA", s) for s in said), said
+    assert not next(s for s in summary["stages"] if s["name"] == "policy")["cached"], "its config changed"
+
+
+def test_no_library_noise_reaches_the_terminal_and_the_log_file_keeps_it(on_terminal, piped, workspace):
+    raw, _ = on_terminal
+    stdout, stderr, _ = piped
+    assert noise_in(raw) == [], "on the terminal"
+    assert noise_in(stdout) == [] and noise_in(stderr) == [], "in the piped output"
+    logs = sorted((workspace / ".alignflow" / "logs").glob("run-*.log"))
+    assert len(logs) == 2
+    assert "LOAD REPORT" in logs[0].read_text(), "the loader's note went to the log file, not away"
+    assert f"log: {logs[1]}" in stdout.replace("\n", "")
+
+
+def read_artifacts(key: str) -> list:
+    """Every artifact with ``key``, newest first, from the Prefect API (``POST /artifacts/filter``).
+
+    Through the client's transport: prefect 3.8's ``read_artifacts`` sends ``null`` for the
+    filters left out, which its server refuses (422), and an empty task-run filter would
+    keep only artifacts made by tasks, not the flow's own.
+    """
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.objects import Artifact
+
+    body = {
+        "artifacts": ArtifactFilter(key=ArtifactFilterKey(any_=[key])).model_dump(
+            mode="json", exclude_unset=True
+        ),
+        "sort": "CREATED_DESC",
+        "limit": 50,
+        "offset": 0,
+    }
+    with get_client(sync_client=True) as client:
+        return Artifact.model_validate_list(client.request("POST", "/artifacts/filter", json=body).json())
+
+
+@contextmanager
+def tracking(uri: str) -> Iterator[None]:
+    """``load_table`` finds runs through the global tracking URI."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def test_prefect_holds_a_markdown_summary_and_a_stage_table_of_the_run(on_terminal):
+    _, summary = on_terminal
+    markdown = [a for a in read_artifacts(artifact_key(PROJECT, "retrain-summary")) if a.type == "markdown"]
+    ours = [a for a in markdown if summary["parent_run_id"] in a.data]
+    assert len(ours) == 1, [a.data[:200] for a in markdown]
+    text = ours[0].data
+    assert "**Outcome:** watch-demo-reward v1 promoted to champion; watch-demo-policy v1 promoted" in text
+    assert "| sft | " in text and "| evaluate | " in text, "every stage with its time and cache column"
+    assert "| gate | outcome | value | 95% interval | n | needs |" in text
+    assert re.search(r"\| independent_judge \| passed \| \d \|  \|  \| value >= 1 \|", text), text
+    assert ours[0].flow_run_id is not None, "attached to the retrain flow run"
+    tables = [a for a in read_artifacts(artifact_key(PROJECT, "retrain-stages")) if a.type == "table"]
+    rows = json.loads(tables[0].data) if isinstance(tables[0].data, str) else tables[0].data
+    assert [r["stage"] for r in rows] == list(STAGES)
+
+
+def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped, tracking_uri):
+    _, _, summary = piped
+    client = MlflowClient(tracking_uri)
+    evaluate = next(
+        r for r in child_runs(tracking_uri, summary["parent_run_id"]) if r.info.run_name == "evaluate"
+    )
+    files = {a.path for a in client.list_artifacts(evaluate.info.run_id, "eval")}
+    assert {COMPLETIONS_TABLE, GATES_TABLE} <= files
+    logged = {
+        t["path"] for t in json.loads(evaluate.data.tags["mlflow.loggedArtifacts"]) if t["type"] == "table"
+    }
+    assert {COMPLETIONS_TABLE, GATES_TABLE} <= logged, "listed as tables: the UI's evaluation view shows them"
+    experiment, run_ids = evaluate.info.experiment_id, [evaluate.info.run_id]
+    with tracking(tracking_uri):
+        completions = client.load_table(experiment, COMPLETIONS_TABLE, run_ids)
+        gates = client.load_table(experiment, GATES_TABLE, run_ids)
+    assert {"prompt", "answer", "policy", "reference", "champion", "champion_correct"} <= set(
+        completions.columns
+    )
+    verdicts = completions["champion_reward: policy vs champion"]
+    assert set(verdicts) <= {"policy", "champion", "tie", ""} and len(completions) > 0
+    assert set(gates["model"]) == {"watch-demo-reward", "watch-demo-policy"}
+    assert {"value", "low", "high", "n", "needs", "outcome"} <= set(gates.columns)
+    parent = client.get_run(summary["parent_run_id"])
+    assert any(k.startswith("system/") for k in parent.data.metrics), "system metrics are on"
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "logs")], "the run's log file"
