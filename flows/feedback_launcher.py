@@ -86,11 +86,12 @@ class RetrainFlowLauncher:
         )
         record_job(uri, model_version.run_id, metrics, request.timing_tags)
         decision = summary.get("promotions", {}).get("policy") or {}
+        reward = _stage(summary, "reward")
         return TrainingOutcome(
             policy_id=f"models:/{name}/{version}",
             version=f"v{version}",
-            model_path=model_version.source,
-            reward_model_path=self._source_of(uri, request.agent_id, summary),
+            model_path=str(Path(policy["output"]["model_dir"]).resolve()),  # loads with from_pretrained
+            reward_model_path=str(Path(reward["output"]["model_dir"]).resolve()) if reward else None,
             feedback_count=request.feedback_count,
             training_steps=int(metrics["training_steps"]),
             reward_mean=metrics.get("reward_mean"),
@@ -130,14 +131,6 @@ class RetrainFlowLauncher:
         if champion is None:
             raise RuntimeError(f"retraining produced no {name} version: {summary.get('nothing_to_do')}")
         return champion  # nothing to do: the champion already is this data + config
-
-    @staticmethod
-    def _source_of(uri: str, agent_id: str, summary: dict[str, Any]) -> str | None:
-        decision = summary.get("promotions", {}).get("reward")
-        if not decision:
-            return None
-        name = registry_models.registered_name(agent_id, "reward")
-        return MlflowClient(uri).get_model_version(name, str(decision["version"])).source
 
 
 def make_launcher(settings: ServiceSettings) -> RetrainFlowLauncher:

@@ -53,9 +53,9 @@ def service_settings(tmp_path: Path) -> ServiceSettings:
 
 def test_feedback_trains_through_the_flow_and_lists_a_versioned_policy(tmp_path: Path):
     settings = service_settings(tmp_path)
-    launcher = RetrainFlowLauncher(
-        settings, overrides=[*FAST_OVERRIDES, "promotion.min_win_rate_vs_reference=null"]
-    )
+    # the demo feedback holds out 25 distinct prompts: let that count as evidence here
+    gates = ["promotion.min_win_rate_vs_reference=null", "promotion.min_judged_rows=20"]
+    launcher = RetrainFlowLauncher(settings, overrides=[*FAST_OVERRIDES, *gates])
     pairs = distinct_pairs(520)
     with TestClient(create_app(settings, launcher)) as client:
         for record in pairs[:400]:
@@ -68,7 +68,9 @@ def test_feedback_trains_through_the_flow_and_lists_a_versioned_policy(tmp_path:
         job = wait_for(client, started.json()["jobId"])
         assert job["status"] == "trained", job
         assert job["policyId"] == f"models:/agent-7-policy/{job['version'].removeprefix('v')}"
-        assert job["feedbackCount"] == 400 and job["rewardModelPath"]
+        assert job["feedbackCount"] == 400
+        assert (Path(job["modelPath"]) / "config.json").exists()
+        assert (Path(job["rewardModelPath"]) / "alignflow_reward.json").exists()
         listed = client.get("/api/policies/agent-7", headers=HEADERS).json()
         workspace = settings.work_dir / "agents" / "agent-7"
         assert (workspace / "data.dvc").exists(), "the feedback was versioned with DVC"
