@@ -179,6 +179,8 @@ _ICONS = {"pending": "[dim]·[/]", "done": "[green]✓[/]", "cached": "[green]�
 class LiveView:
     """The terminal view: a table of the run's stages, redrawn in place."""
 
+    STEP_REDRAW_SECONDS = 0.05
+
     def __init__(self, console: Console, title: str, planned: Sequence[str] = ()):
         self.state = RunState(planned)
         self.title = title
@@ -193,19 +195,22 @@ class LiveView:
             redirect_stderr=False,
         )
         self._spinners: dict[str, Spinner] = {}
+        self._drawn = 0.0
 
     def __call__(self, event: ProgressEvent) -> None:
         view = self.state.apply(event)
         if event.kind == "warning":
             self.warning(event.message)
-        elif view is not None and event.kind != "step":
-            self.live.refresh()
+        elif view is None:
+            return
+        elif event.kind != "step" or time.monotonic() - self._drawn >= self.STEP_REDRAW_SECONDS:
+            self.live.refresh()  # between the timer's redraws: fast steps are seen too
 
     def warning(self, message: str) -> None:
         self.live.console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
     def render(self) -> Group:
-        now = time.monotonic()
+        now = self._drawn = time.monotonic()
         with self.state.lock:
             stages = list(self.state.stages.values())
             status = self.state.status

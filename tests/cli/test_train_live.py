@@ -13,7 +13,7 @@ from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 12
+STEPS = 40
 SMALL = [
     f"sft.max_steps={STEPS}",
     "sft.save_steps=1000",
