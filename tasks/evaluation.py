@@ -7,6 +7,7 @@ from typing import Any
 
 from prefect import task
 
+from alignflow import progress
 from tasks.caching import stage_cache_key
 from tasks.retry import retry_transient
 from tasks.stage_inputs import EvaluateInputs
@@ -67,6 +68,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
         from alignflow.evaluation.plots import report_plots
         from alignflow.evaluation.report import log_report
 
+        progress.note("generating and judging completions: policy, reference, champion")
         report = evaluate_paths(
             inputs.data_dir,
             inputs.policy_dir,

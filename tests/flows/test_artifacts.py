@@ -223,3 +223,29 @@ def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped,
     parent = client.get_run(summary["parent_run_id"])
     assert any(k.startswith("system/") for k in parent.data.metrics), "system metrics are on"
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "logs")], "the run's log file"
+
+
+def test_the_summary_of_a_stopped_run_says_why_and_gates_without_details_keep_their_description():
+    from flows.artifacts import gate_rows, outcome_line, summary_markdown
+
+    stopped = {
+        "project": "p",
+        "stages": [{"name": "data", "seconds": 1.0, "compute_seconds": 0.0, "cached": False, "metrics": {}}],
+        "stopped": {"reason": "label_disagreement", "message": "the champion reward model disagrees"},
+        "wall_seconds": 2.0,
+        "compute_seconds": 0.0,
+        "orchestration_overhead": 1.0,
+    }
+    text = summary_markdown(stopped, [])
+    assert "**Outcome:** stopped before training: the champion reward model disagrees" in text
+    assert "| data | 1.0 | ran |" in text
+    decision = {"name": "p-policy", "version": "3", "promoted": False, "judges": []}
+    decision["failed"] = ["length_growth"]
+    gate = {"name": "length_growth", "outcome": "failed", "describe": "length_growth: 2.6 [2.5, 2.8] n=16"}
+    rejected = {**stopped, "stopped": None, "promotions": {"policy": {**decision, "gates": [gate]}}}
+    rows = gate_rows(rejected)  # no tracking URI: the recorded details cannot be read
+    assert rows[0]["needs"] == gate["describe"] and rows[0]["value"] is None
+    assert outcome_line(rejected) == "p-policy v3 not promoted (failed: length_growth)"
+    assert "| length_growth | failed |  |  |  | length_growth: 2.6 [2.5, 2.8] n=16 |" in summary_markdown(
+        rejected, rows
+    )
