@@ -39,6 +39,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 from transformers.trainer_utils import rotate_checkpoints
 
+from alignflow import progress
 from alignflow.data import demo
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import peft_config, select_dtype
@@ -392,6 +393,7 @@ def train_iterations(
         rollout = trainer.collect_from_prompts(texts, reward, metadata)
         step = {**trainer.optimize(rollout), **rollout.metrics}
         trainer.iteration += 1
+        progress.step(trainer.iteration, stage.max_steps)
         step["iteration"] = trainer.iteration
         trainer.history.append(step)
         if history_dir is not None:
