@@ -85,5 +85,30 @@ def serve(
     uvicorn.run(create_app(settings, chosen), host=host, port=port, log_level=log_level)
 
 
+def traffic(
+    agent: str = typer.Argument(..., help="the agent whose traffic to show or split"),
+    challenger_share: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="set the challenger's share of traffic (0 ends the experiment)"
+    ),
+    db_url: str | None = typer.Option(None, "--db-url", help="the feedback service's database"),
+) -> None:
+    """Show or set how an agent's generate traffic splits between champion and challenger."""
+    from alignflow.service.migrate import upgrade_database
+    from alignflow.service.settings import ServiceSettings
+    from alignflow.service.storage import Store, make_engine
+
+    engine = make_engine(db_url or ServiceSettings.from_env().database_url)
+    try:
+        upgrade_database(engine)
+        store = Store(engine)
+        if challenger_share is not None:
+            store.set_challenger_share(agent, challenger_share)
+        share = store.challenger_share(agent)
+    finally:
+        engine.dispose()
+    typer.echo(f"{agent}: champion {1 - share:.0%}, challenger {share:.0%}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("api")(serve)
+    app.command("traffic")(traffic)

@@ -54,6 +54,23 @@ def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> 
     return trusted_judges(metrics, own_reward_trusted=False)
 
 
+def _human_metrics(agent_id: str, db_url: str | None, version: str, champion: str | None) -> dict[str, float]:
+    """The live A/B verdict from the feedback service's store: the human gate's metric."""
+    from alignflow.service.ab import human_metrics
+    from alignflow.service.settings import ServiceSettings
+    from alignflow.service.storage import Store, make_engine
+
+    if champion is None:
+        raise typer.BadParameter("--human compares with the champion, and there is none yet")
+    url = db_url or ServiceSettings.from_env().database_url
+    engine = make_engine(url)
+    try:
+        scores = Store(engine).online_scores(agent_id)
+    finally:
+        engine.dispose()
+    return human_metrics(scores, challenger=str(version), champion=champion)
+
+
 def gate_table(decision, title: str) -> Table:
     """Every gate: the value, its 95% interval and judged rows, the bound that decides, the verdict."""
     from alignflow.registry.promotion import BOUND_NAMES
@@ -77,10 +94,19 @@ def promote(
     config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (gates, project)"),
     overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. promotion.max_kl=0.5"),
     tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
+    human: bool = typer.Option(
+        False, "--human", help="decide by live ratings alone (A/B): the feedback service's database"
+    ),
+    db_url: str | None = typer.Option(
+        None, "--db-url", help="with --human: the feedback service's database (default: its own default)"
+    ),
+    agent: str | None = typer.Option(None, help="with --human: the agent (default: the config's project)"),
 ) -> None:
     """Promote a model version to champion if it passes every gate (or unconditionally with --force)."""
     from alignflow.registry import models, promotion
 
+    if agent:
+        overrides = [*overrides, f"project={agent}"]
     cfg, uri, name = _settings(config, overrides, tracking_uri, role)
     console = Console()
     version = version or models.alias_version(uri, name, models.CHALLENGER)
@@ -91,13 +117,16 @@ def promote(
         previous = promotion.set_champion(uri, name, version, "manual promotion (gates not checked)")
         console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
         return
-    metrics = _metrics_of(uri, name, version)
-    judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
-    if dry_run:
-        champion = models.alias_version(uri, name, models.CHAMPION)
-        decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges)
+    champion = models.alias_version(uri, name, models.CHAMPION)
+    if human:
+        metrics, judges = _human_metrics(cfg.project, db_url, version, champion), ["human"]
     else:
-        decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges)
+        metrics = _metrics_of(uri, name, version)
+        judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
+    if dry_run:
+        decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges, human)
+    else:
+        decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges, human=human)
     console.print(gate_table(decision, f"{name} version {version}" + (" (dry run)" if dry_run else "")))
     if judges:
         console.print(f"judges that count: {', '.join(judges)}")

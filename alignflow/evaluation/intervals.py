@@ -89,6 +89,17 @@ def wilson_of(outcomes: Sequence[float | None], confidence: float = CONFIDENCE) 
     return wilson(sum(judged), len(judged), confidence)
 
 
+def welch_difference(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """mean(a) - mean(b) of two independent groups (e.g. ratings of two served versions),
+    with Welch's normal-approximation interval; ``n`` is the smaller group's size."""
+    if len(a) < 2 or len(b) < 2:
+        return Estimate(None, None, None, min(len(a), len(b)), "welch")
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    difference = float(xa.mean() - xb.mean())
+    half = _z(confidence) * math.sqrt(xa.var(ddof=1) / xa.size + xb.var(ddof=1) / xb.size)
+    return Estimate(difference, difference - half, difference + half, int(min(xa.size, xb.size)), "welch")
+
+
 def _percentiles(samples: np.ndarray, confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(samples, [tail, 100 - tail])

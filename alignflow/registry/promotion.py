@@ -37,6 +37,7 @@ ANSWERS = "golden/answers"
 KL_TO_REFERENCE = "eval/kl_to_reference"
 CALIBRATION_ERROR = "eval/reward_ece"
 INDEPENDENT_JUDGES = "promotion/independent_judges"
+HUMAN_SCORE_GAIN = "human/score_gain_vs_champion"  # live ratings: challenger mean - champion mean
 
 # preference judges; "reward" is the challenger's own reward model and must earn its place
 OWN_REWARD_JUDGE = "reward"
@@ -192,6 +193,7 @@ def gates_for(
     has_champion: bool,
     judges: Sequence[str] = (),
     has_answers: bool = True,
+    human: bool = False,
 ) -> list[Gate]:
     """The gates that apply to a ``role`` model.
 
@@ -202,7 +204,12 @@ def gates_for(
     than the reference). A reward model must rank the pinned pairs well and, once a
     champion reward model exists, not clearly worse than it.
     """
-    if role == "policy":
+    if human:  # the people who used both versions decide: the live A/B verdict alone
+        if role != "policy":
+            raise ValueError("the human gate judges policies")
+        threshold = config.min_human_score_gain if config.min_human_score_gain is not None else 0.0
+        candidates = [("human_score_gain", HUMAN_SCORE_GAIN, ">", threshold, "low")]
+    elif role == "policy":
         candidates = _policy_gates(config, has_champion, judges, has_answers)
     elif role == "reward":
         candidates = [("reward_accuracy", REWARD_ACCURACY, ">=", config.min_reward_accuracy, "low")]
@@ -270,13 +277,17 @@ def decide(
     role: Role,
     champion: str | None,
     judges: Sequence[str] = (),
+    human: bool = False,
 ) -> PromotionDecision:
-    """The decision alone (nothing is written): what ``promote`` and ``promote --dry-run`` show."""
+    """The decision alone (nothing is written): what ``promote`` and ``promote --dry-run`` show.
+
+    ``human``: judge by live ratings alone (:data:`HUMAN_SCORE_GAIN`), as an A/B test does.
+    """
     has_champion = champion is not None and champion != str(version)
     has_answers = (_number(metrics, ANSWERS) or 0) > 0
     judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
     results = check_gates(
-        judged, gates_for(config, role, has_champion, judges, has_answers), config.min_judged_rows
+        judged, gates_for(config, role, has_champion, judges, has_answers, human), config.min_judged_rows
     )
     promoted = all(r.passed for r in results)
     return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges))
@@ -352,6 +363,7 @@ def promote(
     role: Role,
     judges: Sequence[str] = (),
     tags: Mapping[str, str] | None = None,
+    human: bool = False,
 ) -> PromotionDecision:
     """Judge ``version`` by its metrics; move ``champion`` only if every gate passes.
 
@@ -363,7 +375,7 @@ def promote(
     version = str(version)
     current = version_by_alias(tracking_uri, name, CHAMPION)
     champion = str(current.version) if current is not None else None
-    decision = decide(name, version, metrics, config, role, champion, judges)
+    decision = decide(name, version, metrics, config, role, champion, judges, human)
     record_metrics(tracking_uri, name, version, metrics)
     _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision)})
     if decision.promoted:

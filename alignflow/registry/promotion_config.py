@@ -47,3 +47,8 @@ class PromotionConfig(BaseModel):
         description="vs the champion reward model on pinned pairs: lower bound of the gain >= -this",
     )
     max_reward_ece: float | None = Field(None, ge=0.0, le=1.0)
+    min_human_score_gain: float | None = Field(
+        0.0,
+        description="A/B on live ratings (promote --human): challenger's mean minus champion's, "
+        "lower bound must be above this; min_judged_rows ratings per version at least",
+    )

@@ -64,11 +64,17 @@ class TrainingLauncher(Protocol):
     def launch(self, request: TrainingRequest) -> TrainingOutcome: ...
 
 
-def feedback_record(row: Feedback) -> dict[str, Any]:
-    """A stored row as a canonical record of the data contract (scored or pairwise)."""
+def feedback_record(row: Feedback, policy_version: str | None = None) -> dict[str, Any]:
+    """A stored row as a canonical record of the data contract (scored or pairwise).
+
+    ``policy_version``: the served version that wrote the rated response, when the rating
+    carries the ``runId`` of a completion this service served.
+    """
     meta = {"agent_id": row.agent_id, "feedback_id": row.id}
     if row.run_id:
         meta["run_id"] = row.run_id
+    if policy_version:
+        meta["policy_version"] = policy_version
     if row.notes:
         meta["notes"] = row.notes
     base = {"id": row.id, "prompt": row.prompt, "source": f"feedback:{row.agent_id}"}
@@ -90,9 +96,11 @@ def export_feedback(store: Store, agent_id: str, path: Path) -> tuple[int, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     digest, count = hashlib.sha256(), 0
+    served = store.served_versions(agent_id)
     with tmp.open("w", encoding="utf-8") as handle:
         for row in store.iter_feedback(agent_id):
-            line = json.dumps(feedback_record(row), ensure_ascii=False, sort_keys=True) + "\n"
+            record = feedback_record(row, served.get(row.run_id or ""))
+            line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
             handle.write(line)
             digest.update(line.encode("utf-8"))
             count += 1

@@ -16,8 +16,9 @@ from mlflow.exceptions import MlflowException
 
 from alignflow.registry.models import register
 from alignflow.registry.runs import ensure_experiment
+from alignflow.service.ab import OnlineStats
 from alignflow.service.estimate import JOB_SECONDS_METRIC, POLICY_SECONDS_METRIC, STEPS_METRIC
-from alignflow.service.schemas import PolicyOut
+from alignflow.service.schemas import OnlineOut, PolicyOut
 
 AGENT_TAG = "agent_id"
 JOB_TAG = "alignflow.job_id"
@@ -124,8 +125,19 @@ def _run_metrics(client: MlflowClient, run_id: str | None) -> dict[str, float]:
     return {METRIC_NAMES.get(k, k): v for k, v in metrics.items()}
 
 
-def list_policies(tracking_uri: str, agent_id: str) -> list[PolicyOut]:
-    """The agent's registered policy versions with their run metrics, newest first."""
+def _online(stats: OnlineStats | None) -> OnlineOut:
+    if stats is None:
+        return OnlineOut(count=0, mean_score=None, low=None, high=None)
+    return OnlineOut(count=stats.count, mean_score=stats.mean, low=stats.low, high=stats.high)
+
+
+def list_policies(
+    tracking_uri: str, agent_id: str, online: dict[str, OnlineStats] | None = None
+) -> list[PolicyOut]:
+    """The agent's registered policy versions with their run metrics, newest first.
+
+    ``online``: ratings of each version's served completions, by version number.
+    """
     client = MlflowClient(tracking_uri)
     name = policy_model_name(agent_id)
     try:
@@ -151,6 +163,7 @@ def list_policies(tracking_uri: str, agent_id: str) -> list[PolicyOut]:
                 model_path=mv.source,
                 aliases=sorted(aliases.get(str(mv.version), [])),
                 metrics=_run_metrics(client, mv.run_id),
+                online=_online((online or {}).get(str(mv.version))),
             )
         )
     return sorted(policies, key=lambda p: int(p.version[1:]), reverse=True)

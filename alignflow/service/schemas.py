@@ -167,6 +167,15 @@ class JobOut(ApiModel):
     data_version: str | None = None
 
 
+class OnlineOut(ApiModel):
+    """Ratings of the completions this version served: count, mean and its 95% interval."""
+
+    count: int
+    mean_score: float | None
+    low: float | None
+    high: float | None
+
+
 class PolicyOut(ApiModel):
     id: str
     agent_id: str
@@ -175,6 +184,36 @@ class PolicyOut(ApiModel):
     model_path: str | None = None
     aliases: list[str] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict)
+    online: OnlineOut = Field(
+        default_factory=lambda: OnlineOut(count=0, mean_score=None, low=None, high=None)
+    )
+
+
+class GenerateIn(ApiModel):
+    """A prompt for the agent's policy; ``userKey`` keeps one user on one arm of an A/B test."""
+
+    prompt: Text
+    user_key: ShortText | None = None
+
+
+class GenerateOut(ApiModel):
+    completion: str
+    policy_version: str
+    arm: Literal["champion", "challenger"]
+    run_id: str = Field(description="send it back as runId with the rating of this completion")
+
+
+class TrafficIn(ApiModel):
+    challenger_share: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+
+
+class TrafficOut(ApiModel):
+    agent_id: str
+    champion_share: float
+    challenger_share: float
+    champion_version: str | None
+    challenger_version: str | None
+    updated_at: UtcDatetime | None = None
 
 
 class ErrorOut(ApiModel):

@@ -60,6 +60,17 @@ class TrainingSettings(BaseModel):
     wait_timeout_s: float = Field(3600.0, gt=0, description="longest a waiting request blocks")
 
 
+class ServingSettings(BaseModel):
+    """How ``generate`` serves policies: one batched ``generate`` call per burst of requests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_new_tokens: int = Field(32, ge=1, le=4096)
+    max_batch: int = Field(32, ge=1, le=1024)
+    max_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="how long a batch waits to fill")
+    batching: bool = True
+
+
 class ServiceSettings(BaseModel):
     """The service's whole configuration."""
 
@@ -74,6 +85,7 @@ class ServiceSettings(BaseModel):
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     max_text_chars: int = Field(32_000, ge=1)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
     pipeline_config: Path | None = Field(
         None, description="pipeline config of training jobs (None: embedded)"
     )

@@ -102,6 +102,32 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
+class Generation(Base):
+    """A completion the service served: which policy version wrote it, on which arm, for whom."""
+
+    __tablename__ = "generations"
+    __table_args__ = (Index("ix_generations_agent_version", "agent_id", "policy_version"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)  # the runId
+    agent_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    policy_version: Mapped[str] = mapped_column(String(32), nullable=False)
+    arm: Mapped[str] = mapped_column(String(16), nullable=False)  # champion | challenger
+    user_key: Mapped[str | None] = mapped_column(String(64))  # a hash of the caller's key, never the key
+    prompt: Mapped[str] = mapped_column(Text, nullable=False)
+    completion: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+class TrafficSplit(Base):
+    """The share of an agent's traffic the challenger gets (the champion serves the rest)."""
+
+    __tablename__ = "traffic_splits"
+
+    agent_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    challenger_share: Mapped[float] = mapped_column(Float, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
 ACTIVE_JOB_STATES = ("queued", "running")
 
 
@@ -296,3 +322,68 @@ class Store:
                 .values(status="failed", error=reason, updated_at=utcnow())
             )
             return result.rowcount or 0
+
+    # -- serving and A/B ------------------------------------------------------------------
+    def add_generation(
+        self, agent_id: str, policy_version: str, arm: str, user_key: str | None, prompt: str, completion: str
+    ) -> Generation:
+        row = Generation(
+            id=new_id(),
+            agent_id=agent_id,
+            policy_version=policy_version,
+            arm=arm,
+            user_key=user_key,
+            prompt=prompt,
+            completion=completion,
+            created_at=utcnow(),
+        )
+        with self.session() as session, session.begin():
+            session.add(row)
+        return row
+
+    def served_versions(self, agent_id: str) -> dict[str, str]:
+        """run id -> the policy version that wrote it, for every completion served to the agent."""
+        with self.session() as session:
+            rows = session.execute(
+                select(Generation.id, Generation.policy_version).where(Generation.agent_id == agent_id)
+            ).all()
+        return dict(rows)
+
+    def online_scores(self, agent_id: str) -> dict[str, list[float]]:
+        """Ratings of served completions, by the policy version that wrote them."""
+        with self.session() as session:
+            rows = session.execute(
+                select(Generation.policy_version, Feedback.score)
+                .join(Feedback, Feedback.run_id == Generation.id)
+                .where(
+                    Generation.agent_id == agent_id,
+                    Feedback.agent_id == agent_id,
+                    Feedback.kind == "scored",
+                )
+                .order_by(Feedback.created_at, Feedback.id)
+            ).all()
+        scores: dict[str, list[float]] = {}
+        for version, score in rows:
+            scores.setdefault(version, []).append(float(score))
+        return scores
+
+    def challenger_share(self, agent_id: str) -> float:
+        """The challenger's share of traffic; 0 (all champion) until someone sets one."""
+        with self.session() as session:
+            row = session.get(TrafficSplit, agent_id)
+            return row.challenger_share if row is not None else 0.0
+
+    def set_challenger_share(self, agent_id: str, share: float) -> TrafficSplit:
+        with self.session() as session, session.begin():
+            row = session.get(TrafficSplit, agent_id)
+            if row is None:
+                row = TrafficSplit(agent_id=agent_id, challenger_share=share, updated_at=utcnow())
+                session.add(row)
+            else:
+                row.challenger_share, row.updated_at = share, utcnow()
+        return row
+
+    def traffic_updated_at(self, agent_id: str) -> datetime | None:
+        with self.session() as session:
+            row = session.get(TrafficSplit, agent_id)
+            return row.updated_at if row is not None else None

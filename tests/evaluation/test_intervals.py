@@ -202,3 +202,16 @@ def test_paired_estimates_are_reproducible_for_a_seed():
     assert paired_bootstrap_ratio(lengths_a, lengths_b, seed=3) == paired_bootstrap_ratio(
         lengths_a, lengths_b, seed=3
     )
+
+
+def test_welch_difference_covers_the_true_gain_and_says_n():
+    import random
+
+    from alignflow.evaluation.intervals import welch_difference
+
+    rng = random.Random(0)
+    a = [rng.gauss(0.7, 0.1) for _ in range(200)]
+    b = [rng.gauss(0.5, 0.1) for _ in range(50)]
+    estimate = welch_difference(a, b)
+    assert estimate.low < 0.2 < estimate.high and estimate.low > 0.1 and estimate.n == 50
+    assert welch_difference([0.5], b).value is None  # one rating has no spread to speak of

@@ -391,3 +391,25 @@ def test_completions_with_wrong_answers_fail_task_accuracy_against_the_champion(
     assert not failed.passed and failed.value == -1.0
     assert "task_accuracy_vs_champion" in names(decision.failed)
     assert "length_growth_vs_champion" not in names(decision.failed)
+
+
+def test_the_human_gate_decides_on_the_lower_bound_of_the_rating_gain_alone():
+    from alignflow.service.ab import human_metrics
+
+    rng = __import__("random").Random(1)
+    better = [min(1, max(0, rng.gauss(0.75, 0.1))) for _ in range(60)]
+    worse = [min(1, max(0, rng.gauss(0.55, 0.1))) for _ in range(60)]
+    same = list(reversed(worse))  # the same ratings: no gain at all
+
+    def verdict(challenger, champion, config=CONFIG):
+        metrics = human_metrics({"2": challenger, "1": champion}, challenger="2", champion="1")
+        return decide("p", "2", metrics, config, "policy", "1", ["human"], human=True)
+
+    assert verdict(better, worse).promoted
+    assert [r.name for r in verdict(better, worse).results] == ["human_score_gain"]  # nothing else
+    assert not verdict(worse, better).promoted
+    assert not verdict(same, worse).promoted, "no clear gain: the lower bound is not above zero"
+    few = verdict(better[:10], worse[:10])
+    assert not few.promoted and few.results[0].outcome == "insufficient_evidence"
+    demanding = PromotionConfig(min_human_score_gain=0.3)
+    assert not verdict(better, worse, demanding).promoted  # a gain of ~0.2 is not the 0.3 asked for

@@ -52,7 +52,11 @@ def database_url(request, tmp_path: Path) -> Iterator[str]:
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        tables = [t for t in ("feedback", "jobs", "api_tokens") if sa.inspect(conn).has_table(t)]
+        tables = [
+            t
+            for t in ("feedback", "jobs", "api_tokens", "generations", "traffic_splits")
+            if sa.inspect(conn).has_table(t)
+        ]
         if tables:
             conn.execute(sa.text(f"TRUNCATE {', '.join(tables)}"))
     engine.dispose()

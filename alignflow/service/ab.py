@@ -1,0 +1,91 @@
+"""A/B serving: which arm a request goes to, and what people said of each served version.
+
+Assignment is sticky without memory: a user key hashes to a fixed point in [0, 1), and the
+challenger serves the keys below its share. The same key always lands on the same arm for
+a given share (restarts included, since the share lives in the database), and raising the
+share only moves champion users over, never back. A request without a key is assigned at
+random. Ratings reach a version through the ``runId`` that ``generate`` returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from alignflow.evaluation.intervals import Estimate, bootstrap_mean, welch_difference
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+
+
+def hashed_user(agent_id: str, user_key: str) -> str:
+    """What is stored of a user key: its hash within the agent, never the key itself."""
+    return hashlib.sha256(f"{agent_id}\x1f{user_key}".encode()).hexdigest()[:32]
+
+
+def user_point(hashed: str) -> float:
+    return int(hashed[:16], 16) / 16**16
+
+
+def assign_arm(hashed_key: str | None, challenger_share: float, rng: random.Random | None = None) -> str:
+    """``challenger`` for keys below the share (random without a key), else ``champion``."""
+    point = user_point(hashed_key) if hashed_key else (rng or random).random()
+    return CHALLENGER if point < challenger_share else CHAMPION
+
+
+@dataclass(frozen=True)
+class OnlineStats:
+    """Ratings of one version's served completions: count, mean and its 95% interval."""
+
+    count: int
+    mean: float | None
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, scores: list[float]) -> OnlineStats:
+        estimate: Estimate = bootstrap_mean(scores)
+        return cls(len(scores), estimate.value, estimate.low, estimate.high)
+
+
+def human_score_gain(challenger: list[float], champion: list[float]) -> Estimate:
+    """The challenger's mean rating minus the champion's, with its interval."""
+    return welch_difference(challenger, champion)
+
+
+def human_metrics(scores: dict[str, list[float]], challenger: str, champion: str) -> dict[str, float]:
+    """The human gate's metric (with its bounds and n) for ``challenger`` against ``champion``."""
+    from alignflow.evaluation.intervals import put_estimate
+    from alignflow.registry.promotion import HUMAN_SCORE_GAIN
+
+    metrics: dict[str, float | None] = {}
+    put_estimate(
+        metrics, HUMAN_SCORE_GAIN, human_score_gain(scores.get(challenger, []), scores.get(champion, []))
+    )
+    return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+class AliasCache:
+    """The agent's champion and challenger version numbers, read from the registry at most
+    once per ``ttl_s`` (serving asks on every request; a promotion shows within seconds)."""
+
+    def __init__(self, tracking_uri: str, ttl_s: float = 5.0):
+        self.tracking_uri, self.ttl_s = tracking_uri, ttl_s
+        self._cache: dict[str, tuple[float, dict[str, str | None]]] = {}
+
+    def versions(self, agent_id: str) -> dict[str, str | None]:
+        import time
+
+        from alignflow.registry.models import alias_version, registered_name
+
+        now = time.monotonic()
+        cached = self._cache.get(agent_id)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        name = registered_name(agent_id, "policy")
+        versions = {arm: alias_version(self.tracking_uri, name, arm) for arm in (CHAMPION, CHALLENGER)}
+        self._cache[agent_id] = (now, versions)
+        return versions
+
+    def forget(self, agent_id: str) -> None:
+        self._cache.pop(agent_id, None)
