@@ -7,6 +7,7 @@ client alike.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -19,23 +20,29 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
+from alignflow.service.ab import CHALLENGER, CHAMPION, AliasCache, OnlineStats, assign_arm, hashed_user
 from alignflow.service.auth import Principal, authenticate, bearer_scheme, require_agent
 from alignflow.service.estimate import estimate_training_time, job_timing_tags
 from alignflow.service.jobs import JobRunner, TrainingLauncher, TrainingRequest, export_feedback
 from alignflow.service.limits import BodySizeLimit
 from alignflow.service.migrate import upgrade_database
-from alignflow.service.policies import list_policies
+from alignflow.service.policies import list_policies, policy_model_name
 from alignflow.service.schemas import (
     DryRunOut,
     ErrorOut,
     FeedbackIn,
     FeedbackOut,
+    GenerateIn,
+    GenerateOut,
     JobOut,
     PairwiseFeedbackIn,
     PolicyOut,
+    TrafficIn,
+    TrafficOut,
     TrainedOut,
     TrainPolicyIn,
 )
+from alignflow.service.serving import PolicyNotFound, PolicyPool, PromptTooLong
 from alignflow.service.settings import AGENT_ID_PATTERN, ServiceSettings
 from alignflow.service.storage import Feedback, IdempotencyConflict, Job, Store, make_engine
 from alignflow.service.training_plan import JobPlanError, plan_job
@@ -154,7 +161,11 @@ def _trained_out(job: Job) -> JSONResponse:
     )
 
 
-def create_app(settings: ServiceSettings | None = None, launcher: TrainingLauncher | None = None) -> FastAPI:
+def create_app(
+    settings: ServiceSettings | None = None,
+    launcher: TrainingLauncher | None = None,
+    pool: PolicyPool | None = None,
+) -> FastAPI:
     """The service over ``settings``; training jobs go to ``launcher`` (the library's own by default)."""
     settings = settings or ServiceSettings()
     engine = make_engine(settings.database_url, settings.sqlite_synchronous)
@@ -176,6 +187,7 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
     async def lifespan(_app: FastAPI):
         yield
         runner.shutdown(wait=False)
+        app.state.pool.close()
         engine.dispose()
 
     app = FastAPI(
@@ -185,6 +197,10 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
         lifespan=lifespan,
     )
     app.state.settings, app.state.store, app.state.runner, app.state.engine = settings, store, runner, engine
+    app.state.pool = pool or PolicyPool(
+        settings.tracking_uri, settings.work_dir / "serving", **settings.serving.model_dump()
+    )
+    aliases = AliasCache(settings.tracking_uri)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected_error)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
@@ -328,11 +344,69 @@ def create_app(settings: ServiceSettings | None = None, launcher: TrainingLaunch
         require_agent(who, job.agent_id)
         return _job_out(job)
 
+    @app.post(
+        "/api/policies/generate/{agent_id:path}",
+        response_model=GenerateOut,
+        responses={409: {"model": ErrorOut}, **ERRORS},
+        tags=["serving"],
+    )
+    async def generate(body: GenerateIn, agent_id: Annotated[str, Depends(agent_access)]) -> GenerateOut:
+        """A completion from the agent's champion, or its challenger for the share the split gives it."""
+        share = await asyncio.to_thread(store.challenger_share, agent_id)
+        hashed = hashed_user(agent_id, body.user_key) if body.user_key else None
+        arm = assign_arm(hashed, share)
+        versions = await asyncio.to_thread(aliases.versions, agent_id)
+        if versions.get(CHAMPION) is None:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, f"agent {agent_id!r} has no champion policy to serve"
+            )
+        if arm == CHALLENGER and versions.get(CHALLENGER) in (None, versions[CHAMPION]):
+            arm = CHAMPION  # no distinct challenger: everyone gets the champion
+        version = versions[arm]
+        try:
+            completion = await app.state.pool.generate(policy_model_name(agent_id), version, body.prompt)
+        except PromptTooLong as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"prompt: {exc}") from exc
+        except PolicyNotFound as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+        row = await asyncio.to_thread(
+            store.add_generation, agent_id, version, arm, hashed, body.prompt, completion
+        )
+        return GenerateOut(completion=completion, policy_version=f"v{version}", arm=arm, run_id=row.id)
+
+    def _traffic(agent_id: str) -> TrafficOut:
+        share = store.challenger_share(agent_id)
+        versions = aliases.versions(agent_id)
+        return TrafficOut(
+            agent_id=agent_id,
+            champion_share=1.0 - share,
+            challenger_share=share,
+            champion_version=f"v{versions[CHAMPION]}" if versions.get(CHAMPION) else None,
+            challenger_version=f"v{versions[CHALLENGER]}" if versions.get(CHALLENGER) else None,
+            updated_at=store.traffic_updated_at(agent_id),
+        )
+
+    @app.get(
+        "/api/policies/traffic/{agent_id:path}", response_model=TrafficOut, responses=ERRORS, tags=["serving"]
+    )
+    def get_traffic(agent_id: Annotated[str, Depends(agent_access)]) -> TrafficOut:
+        """How the agent's traffic is split between champion and challenger (default 100/0)."""
+        return _traffic(agent_id)
+
+    @app.put(
+        "/api/policies/traffic/{agent_id:path}", response_model=TrafficOut, responses=ERRORS, tags=["serving"]
+    )
+    def set_traffic(body: TrafficIn, agent_id: Annotated[str, Depends(agent_access)]) -> TrafficOut:
+        """Give the challenger a share of the agent's traffic (0 ends the experiment)."""
+        store.set_challenger_share(agent_id, body.challenger_share)
+        return _traffic(agent_id)
+
     @app.get(
         "/api/policies/{agent_id:path}", response_model=list[PolicyOut], responses=ERRORS, tags=["policies"]
     )
     def get_policies(agent_id: Annotated[str, Depends(agent_access)]) -> list[PolicyOut]:
-        """The agent's trained policies from the model registry, newest first."""
-        return list_policies(settings.tracking_uri, agent_id)
+        """The agent's trained policies from the model registry, newest first, with their live ratings."""
+        online = {v: OnlineStats.of(scores) for v, scores in store.online_scores(agent_id).items()}
+        return list_policies(settings.tracking_uri, agent_id, online)
 
     return app

@@ -239,6 +239,19 @@ class _Policy:
         )
 
 
+def _local_source(tracking_uri: str, name: str, version: str) -> Path | None:
+    """The version's source when it is a saved model folder on this machine, else None."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        source = MlflowClient(tracking_uri).get_model_version(name, version).source
+    except MlflowException:
+        return None
+    path = Path(source) if source and "://" not in source and not source.startswith("models:") else None
+    return path if path is not None and (path / "config.json").exists() else None
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
 
@@ -418,6 +431,9 @@ class PolicyPool:
         name, version = key
         if not version.isdigit():
             raise ValueError(f"version must be a registered version number, got {version!r}")
+        local = _local_source(self.tracking_uri, name, version)
+        if local is not None:  # registered from a folder on this machine (the library launcher)
+            return local
         store = hashlib.sha256(self.tracking_uri.encode()).hexdigest()[:12]
         target = self.cache_dir / store / _slug(name) / version
         if (target / "config.json").exists():

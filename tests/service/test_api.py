@@ -353,9 +353,9 @@ def test_migrations_bring_an_empty_database_to_head(make_settings):
     engine = make_engine(make_settings().database_url)
     upgrade_database(engine)
     upgrade_database(engine)  # idempotent
-    assert current_revision(engine) == head_revision() == "0001"
+    assert current_revision(engine) == head_revision() == "0002"
     with engine.connect() as conn:
-        assert {"feedback", "jobs", "api_tokens", "alembic_version"} <= set(
+        assert {"feedback", "jobs", "api_tokens", "generations", "traffic_splits", "alembic_version"} <= set(
             sa.inspect(conn).get_table_names()
         )
         if engine.dialect.name == "sqlite":
