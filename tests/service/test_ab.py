@@ -148,3 +148,22 @@ def test_assignment_is_sticky_monotone_and_respects_the_share():
         CHALLENGER
     }
     assert hashed_user(AGENT, "u1") != hashed_user("other", "u1")  # per agent, and never the raw key
+
+
+def test_retraining_data_records_which_version_wrote_each_rated_response(tmp_path, two_versions):
+    import json
+
+    from alignflow.data.normalize import normalize_row
+    from alignflow.service.jobs import export_feedback
+
+    with service(tmp_path, two_versions) as client:
+        client.put(f"/api/policies/traffic/{AGENT}", json={"challengerShare": 0.5}, headers=HEADERS)
+        served = simulate_users(client, better="v2", users=12)
+        unrelated = {"prompt": "Q?", "response": "A.", "score": 0.5, "runId": "written-elsewhere"}
+        client.post(f"/api/policies/feedback/{AGENT}", json=unrelated, headers=HEADERS)
+        count, _ = export_feedback(client.app.state.store, AGENT, tmp_path / "export.jsonl")
+    rows = [normalize_row(json.loads(line)) for line in (tmp_path / "export.jsonl").read_text().splitlines()]
+    assert count == 13 and len(rows) == 13
+    versions = [r["metadata"].get("policy_version") for r in rows]
+    assert sorted(f"v{v}" for v in versions if v) == sorted(served.values())
+    assert versions.count(None) == 1  # a runId this service never served names no version
