@@ -143,8 +143,15 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(Path("configs/demo.yaml"), "--config", "-c", help="pipeline config YAML"),
         cron: str = typer.Option("0 3 * * *", help="when to retrain (cron, UTC)"),
         name: str = typer.Option("nightly", help="deployment name"),
+        ab_agent: list[str] = typer.Option(
+            [], "--ab-agent", help="also judge this agent's live A/B on a schedule (repeatable)"
+        ),
+        ab_cron: str = typer.Option("0 * * * *", help="when to judge the A/B tests (cron, UTC)"),
+        db_url: str | None = typer.Option(None, "--db-url", help="the feedback service's database"),
     ) -> None:
-        """Serve the retraining schedule from this process (Ctrl-C to stop)."""
+        """Serve the retraining schedule (and A/B checks) from this process (Ctrl-C to stop)."""
+        from prefect import serve as serve_deployments
+
         from flows.environment import apply_defaults
 
         apply_defaults()
@@ -152,4 +159,21 @@ def register(app: typer.Typer) -> None:
         from flows.retrain import retrain
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
-        retrain.serve(name=name, cron=cron, parameters={"config_path": str(config)})
+        deployments = [retrain.to_deployment(name=name, cron=cron, parameters={"config_path": str(config)})]
+        if ab_agent:
+            from alignflow.config import load_config
+            from alignflow.service.settings import ServiceSettings
+            from flows.ab_check import ab_check
+
+            uri = load_config(config).tracking.resolved_uri()
+            url = db_url or ServiceSettings.from_env().database_url
+            for agent in ab_agent:
+                console.print(f"serving ab-check/{agent} on cron '{ab_cron}'")
+                parameters = {
+                    "agent_id": agent,
+                    "database_url": url,
+                    "tracking_uri": uri,
+                    "config_path": str(config),
+                }
+                deployments.append(ab_check.to_deployment(name=agent, cron=ab_cron, parameters=parameters))
+        serve_deployments(*deployments)

@@ -54,21 +54,16 @@ def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> 
     return trusted_judges(metrics, own_reward_trusted=False)
 
 
-def _human_metrics(agent_id: str, db_url: str | None, version: str, champion: str | None) -> dict[str, float]:
-    """The live A/B verdict from the feedback service's store: the human gate's metric."""
-    from alignflow.service.ab import human_metrics
+def _human_decision(cfg, uri: str, db_url: str | None, version: str, dry_run: bool):
+    """The live A/B verdict, from the feedback service's database."""
+    from alignflow.service.ab import human_verdict
     from alignflow.service.settings import ServiceSettings
-    from alignflow.service.storage import Store, make_engine
 
-    if champion is None:
-        raise typer.BadParameter("--human compares with the champion, and there is none yet")
     url = db_url or ServiceSettings.from_env().database_url
-    engine = make_engine(url)
     try:
-        scores = Store(engine).online_scores(agent_id)
-    finally:
-        engine.dispose()
-    return human_metrics(scores, challenger=str(version), champion=champion)
+        return human_verdict(cfg.project, url, uri, cfg.promotion, version, dry_run)
+    except LookupError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def gate_table(decision, title: str) -> Table:
@@ -117,16 +112,17 @@ def promote(
         previous = promotion.set_champion(uri, name, version, "manual promotion (gates not checked)")
         console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
         return
-    champion = models.alias_version(uri, name, models.CHAMPION)
     if human:
-        metrics, judges = _human_metrics(cfg.project, db_url, version, champion), ["human"]
+        decision = _human_decision(cfg, uri, db_url, version, dry_run)
+        judges = list(decision.judges)
     else:
         metrics = _metrics_of(uri, name, version)
         judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
-    if dry_run:
-        decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges, human)
-    else:
-        decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges, human=human)
+        if dry_run:
+            champion = models.alias_version(uri, name, models.CHAMPION)
+            decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges)
+        else:
+            decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges)
     console.print(gate_table(decision, f"{name} version {version}" + (" (dry run)" if dry_run else "")))
     if judges:
         console.print(f"judges that count: {', '.join(judges)}")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from alignflow.evaluation.intervals import Estimate, bootstrap_mean, welch_difference
 
 CHAMPION, CHALLENGER = "champion", "challenger"
+HUMAN_JUDGE = "human"  # the judge name a live A/B verdict is recorded under
 
 
 def hashed_user(agent_id: str, user_key: str) -> str:
@@ -89,3 +91,38 @@ class AliasCache:
 
     def forget(self, agent_id: str) -> None:
         self._cache.pop(agent_id, None)
+
+
+def human_verdict(
+    agent_id: str,
+    database_url: str,
+    tracking_uri: str,
+    config: Any,
+    version: str | None = None,
+    dry_run: bool = False,
+) -> Any:
+    """Judge the agent's challenger (or ``version``) against its champion on live ratings alone.
+
+    Returns the :class:`~alignflow.registry.promotion.PromotionDecision`; unless ``dry_run``
+    the decision is tagged on the version and ``champion`` moves when the human gate passes.
+    Raises :class:`LookupError` when there is no champion or no challenger to compare.
+    """
+    from alignflow.registry import models, promotion
+    from alignflow.service.storage import Store, make_engine
+
+    name = models.registered_name(agent_id, "policy")
+    champion = models.alias_version(tracking_uri, name, models.CHAMPION)
+    version = version or models.alias_version(tracking_uri, name, models.CHALLENGER)
+    if champion is None or version is None or version == champion:
+        raise LookupError(f"{name}: the human gate needs a champion and a different challenger")
+    engine = make_engine(database_url)
+    try:
+        scores = Store(engine).online_scores(agent_id)
+    finally:
+        engine.dispose()
+    metrics = human_metrics(scores, challenger=version, champion=champion)
+    if dry_run:
+        return promotion.decide(name, version, metrics, config, "policy", champion, [HUMAN_JUDGE], human=True)
+    return promotion.promote(
+        tracking_uri, name, version, metrics, config, "policy", [HUMAN_JUDGE], human=True
+    )
