@@ -14,12 +14,11 @@ from pathlib import Path
 import httpx
 import mlflow
 import pytest
-import torch
 from fastapi import FastAPI
 from mlflow import MlflowClient
 
 from alignflow.data.demo import iter_demo_pairs
-from alignflow.models import build_tiny_model, load_causal_lm
+from alignflow.models import load_causal_lm
 from alignflow.models.prompting import generate as real_generate
 from alignflow.service.serving import PolicyNotFound, PolicyPool, PoolClosed, PromptTooLong
 
@@ -29,19 +28,10 @@ PROMPTS = [r["prompt"] for r in iter_demo_pairs(24, seed=7, phrasings=6)]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    records = list(iter_demo_pairs(300, seed=0, phrasings=6))
-    out = build_tiny_model(
-        [f"{r['prompt']} {r['chosen']} {r['rejected']}" for r in records],
-        tmp_path_factory.mktemp("serving-model"),
-    )
-    model, tokenizer = load_causal_lm(out)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.normal_(0.0, 0.15, generator=generator)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
+    """The bench's policy: the demo's tiny model, redrawn so greedy decoding writes every token."""
+    from bench.generate_bench import build_policy
+
+    return build_policy(tmp_path_factory.mktemp("serving-model"))[0]
 
 
 @pytest.fixture(scope="module")
