@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
 from typing import Any
 
-from alignflow.evaluation.intervals import Estimate, bootstrap_mean, welch_difference
+from alignflow.evaluation.intervals import bootstrap_mean, welch_difference
+from alignflow.service.schemas import OnlineOut
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 HUMAN_JUDGE = "human"  # the judge name a live A/B verdict is recorded under
@@ -35,24 +35,10 @@ def assign_arm(hashed_key: str | None, challenger_share: float, rng: random.Rand
     return CHALLENGER if point < challenger_share else CHAMPION
 
 
-@dataclass(frozen=True)
-class OnlineStats:
+def online_out(scores: list[float]) -> OnlineOut:
     """Ratings of one version's served completions: count, mean and its 95% interval."""
-
-    count: int
-    mean: float | None
-    low: float | None
-    high: float | None
-
-    @classmethod
-    def of(cls, scores: list[float]) -> OnlineStats:
-        estimate: Estimate = bootstrap_mean(scores)
-        return cls(len(scores), estimate.value, estimate.low, estimate.high)
-
-
-def human_score_gain(challenger: list[float], champion: list[float]) -> Estimate:
-    """The challenger's mean rating minus the champion's, with its interval."""
-    return welch_difference(challenger, champion)
+    estimate = bootstrap_mean(scores)
+    return OnlineOut(count=len(scores), mean_score=estimate.value, low=estimate.low, high=estimate.high)
 
 
 def human_metrics(scores: dict[str, list[float]], challenger: str, champion: str) -> dict[str, float]:
@@ -61,9 +47,8 @@ def human_metrics(scores: dict[str, list[float]], challenger: str, champion: str
     from alignflow.registry.promotion import HUMAN_SCORE_GAIN
 
     metrics: dict[str, float | None] = {}
-    put_estimate(
-        metrics, HUMAN_SCORE_GAIN, human_score_gain(scores.get(challenger, []), scores.get(champion, []))
-    )
+    gain = welch_difference(scores.get(challenger, []), scores.get(champion, []))
+    put_estimate(metrics, HUMAN_SCORE_GAIN, gain)  # challenger's mean rating minus the champion's
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
@@ -88,9 +73,6 @@ class AliasCache:
         versions = {arm: alias_version(self.tracking_uri, name, arm) for arm in (CHAMPION, CHALLENGER)}
         self._cache[agent_id] = (now, versions)
         return versions
-
-    def forget(self, agent_id: str) -> None:
-        self._cache.pop(agent_id, None)
 
 
 def human_verdict(

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
-from alignflow.service.ab import CHALLENGER, CHAMPION, AliasCache, OnlineStats, assign_arm, hashed_user
+from alignflow.service.ab import CHALLENGER, CHAMPION, AliasCache, assign_arm, hashed_user, online_out
 from alignflow.service.auth import Principal, authenticate, bearer_scheme, require_agent
 from alignflow.service.estimate import estimate_training_time, job_timing_tags
 from alignflow.service.jobs import JobRunner, TrainingLauncher, TrainingRequest, export_feedback
@@ -375,7 +375,8 @@ def create_app(
         return GenerateOut(completion=completion, policy_version=f"v{version}", arm=arm, run_id=row.id)
 
     def _traffic(agent_id: str) -> TrafficOut:
-        share = store.challenger_share(agent_id)
+        split = store.traffic_split(agent_id)
+        share = split.challenger_share if split is not None else 0.0
         versions = aliases.versions(agent_id)
         return TrafficOut(
             agent_id=agent_id,
@@ -383,7 +384,7 @@ def create_app(
             challenger_share=share,
             champion_version=f"v{versions[CHAMPION]}" if versions.get(CHAMPION) else None,
             challenger_version=f"v{versions[CHALLENGER]}" if versions.get(CHALLENGER) else None,
-            updated_at=store.traffic_updated_at(agent_id),
+            updated_at=split.updated_at if split is not None else None,
         )
 
     @app.get(
@@ -406,7 +407,7 @@ def create_app(
     )
     def get_policies(agent_id: Annotated[str, Depends(agent_access)]) -> list[PolicyOut]:
         """The agent's trained policies from the model registry, newest first, with their live ratings."""
-        online = {v: OnlineStats.of(scores) for v, scores in store.online_scores(agent_id).items()}
+        online = {v: online_out(scores) for v, scores in store.online_scores(agent_id).items()}
         return list_policies(settings.tracking_uri, agent_id, online)
 
     return app

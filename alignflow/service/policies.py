@@ -16,7 +16,6 @@ from mlflow.exceptions import MlflowException
 
 from alignflow.registry.models import register
 from alignflow.registry.runs import ensure_experiment
-from alignflow.service.ab import OnlineStats
 from alignflow.service.estimate import JOB_SECONDS_METRIC, POLICY_SECONDS_METRIC, STEPS_METRIC
 from alignflow.service.schemas import OnlineOut, PolicyOut
 
@@ -125,14 +124,8 @@ def _run_metrics(client: MlflowClient, run_id: str | None) -> dict[str, float]:
     return {METRIC_NAMES.get(k, k): v for k, v in metrics.items()}
 
 
-def _online(stats: OnlineStats | None) -> OnlineOut:
-    if stats is None:
-        return OnlineOut(count=0, mean_score=None, low=None, high=None)
-    return OnlineOut(count=stats.count, mean_score=stats.mean, low=stats.low, high=stats.high)
-
-
 def list_policies(
-    tracking_uri: str, agent_id: str, online: dict[str, OnlineStats] | None = None
+    tracking_uri: str, agent_id: str, online: dict[str, OnlineOut] | None = None
 ) -> list[PolicyOut]:
     """The agent's registered policy versions with their run metrics, newest first.
 
@@ -163,7 +156,8 @@ def list_policies(
                 model_path=mv.source,
                 aliases=sorted(aliases.get(str(mv.version), [])),
                 metrics=_run_metrics(client, mv.run_id),
-                online=_online((online or {}).get(str(mv.version))),
+                online=(online or {}).get(str(mv.version))
+                or OnlineOut(count=0, mean_score=None, low=None, high=None),
             )
         )
     return sorted(policies, key=lambda p: int(p.version[1:]), reverse=True)

@@ -367,11 +367,14 @@ class Store:
             scores.setdefault(version, []).append(float(score))
         return scores
 
+    def traffic_split(self, agent_id: str) -> TrafficSplit | None:
+        with self.session() as session:
+            return session.get(TrafficSplit, agent_id)
+
     def challenger_share(self, agent_id: str) -> float:
         """The challenger's share of traffic; 0 (all champion) until someone sets one."""
-        with self.session() as session:
-            row = session.get(TrafficSplit, agent_id)
-            return row.challenger_share if row is not None else 0.0
+        row = self.traffic_split(agent_id)
+        return row.challenger_share if row is not None else 0.0
 
     def set_challenger_share(self, agent_id: str, share: float) -> TrafficSplit:
         with self.session() as session, session.begin():
@@ -382,8 +385,3 @@ class Store:
             else:
                 row.challenger_share, row.updated_at = share, utcnow()
         return row
-
-    def traffic_updated_at(self, agent_id: str) -> datetime | None:
-        with self.session() as session:
-            row = session.get(TrafficSplit, agent_id)
-            return row.updated_at if row is not None else None
