@@ -44,6 +44,7 @@ def policy_reward(
     max_new_tokens: int = 32,
     batch_size: int = 16,
     scorer: Callable[[list[Any], list[str]], Sequence[float]] | None = None,
+    device: str | None = None,
 ) -> RewardStats:
     """Greedy completions of ``prompts`` by the saved policy, scored raw by the saved reward model.
 
@@ -57,9 +58,11 @@ def policy_reward(
     if not prompts:
         raise ValueError("no held-out prompts to measure the policy's reward on")
     model, tokenizer = load_causal_lm(policy_dir)
+    if device is not None:  # where the policy trained, so the measure runs there too
+        model = model.to(device)
     completions = generate(
         model, tokenizer, list(prompts), max_new_tokens=max_new_tokens, batch_size=batch_size
     )
     if scorer is None:
-        scorer = load_reward_scorer(reward_dir, normalize=False, batch_size=batch_size)
+        scorer = load_reward_scorer(reward_dir, normalize=False, batch_size=batch_size, device=device)
     return RewardStats.of(scorer(list(prompts), completions))

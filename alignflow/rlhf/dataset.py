@@ -9,6 +9,7 @@ maps a prediction back onto the raters' [0, 1] scale.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import statistics
@@ -19,8 +20,9 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset
 
+from alignflow.data.split import prompt_key
 from alignflow.models.reward_scorer import encode_for_reward
-from alignflow.rlhf.feedback import feedback_records, is_rating, prompt_key
+from alignflow.rlhf.feedback import feedback_records, is_rating
 
 Normalization = Literal["minmax", "zscore", "none"]
 
@@ -91,7 +93,7 @@ class FeedbackDataset(Dataset):
         return {
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "attention_mask": torch.ones(len(ids), dtype=torch.long),
-            "labels": torch.tensor(self.targets[index], dtype=torch.float32),
+            "labels": torch.tensor(self.scale.apply(self.records[index]["score"]), dtype=torch.float32),
         }
 
     @property
@@ -110,9 +112,10 @@ class FeedbackDataset(Dataset):
 
     def subset(self, indices: Sequence[int]) -> FeedbackDataset:
         """The rows at ``indices``, with this dataset's tokenizer, length and score scale."""
-        return FeedbackDataset(
-            [self.records[i] for i in indices], self.tokenizer, self.max_length, scale=self.scale
-        )
+        part = copy.copy(self)  # the rows are already checked and encoded: slice, do not redo
+        part.records = [self.records[i] for i in indices]
+        part._encoded = [self._encoded[i] for i in indices]
+        return part
 
     def split(self, val_fraction: float = 0.2, seed: int = 0) -> tuple[FeedbackDataset, FeedbackDataset]:
         """(train, val) by prompt, so that no prompt sits on both sides.

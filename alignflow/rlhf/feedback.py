@@ -92,11 +92,6 @@ def is_rating(record: Mapping[str, Any]) -> bool:
     return "score" in record
 
 
-def prompt_key(prompt: Any) -> str:
-    """A hashable identity of a prompt (text, or a message list as sorted JSON)."""
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
-
-
 def write_snapshot(
     records: list[dict[str, Any]], output_dir: str | Path, eval_fraction: float
 ) -> tuple[Path, str]:

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from alignflow.rlhf.feedback import feedback_records, prompt_key, write_snapshot
+from alignflow.data.split import prompt_key
+from alignflow.rlhf.feedback import feedback_records, write_snapshot
 from alignflow.rlhf.pipeline import pipeline_config, ppo_settings, reward_settings
 from alignflow.rlhf.result import RESULTS_FILE, TrainingResult
 from alignflow.rlhf.reward_model import RewardModel
@@ -147,7 +148,7 @@ class RLHFTrainer:
         if len(history) != steps:
             raise RuntimeError(f"{out / PPO_STAGE}: {len(history)} history lines for {steps} iterations")
 
-        stats = self._final_reward(policy_dir, reward_dir, data_dir, reward_model)
+        stats = self._final_reward(policy_dir, reward_dir, data_dir, reward_model, device)
         result = TrainingResult(
             model_path=str(policy_dir),
             reward_model_path=str(reward_dir),
@@ -203,11 +204,18 @@ class RLHFTrainer:
         stage = run_reward(pipeline_config([], settings), data_dir, out / REWARD_STAGE)
         return link_tree(stage.model_dir, out / REWARD_MODEL), None
 
-    def _final_reward(self, policy_dir: Path, reward_dir: Path, data_dir: Path, reward_model: Any) -> Any:
+    def _final_reward(
+        self, policy_dir: Path, reward_dir: Path, data_dir: Path, reward_model: Any, device: str
+    ) -> Any:
         from alignflow.evaluation.policy_reward import policy_reward
 
         scorer = reward_model.score if reward_model is not None else None
         prompts = held_out_prompts(data_dir)
         return policy_reward(
-            policy_dir, reward_dir, prompts, max_new_tokens=self.config.max_new_tokens, scorer=scorer
+            policy_dir,
+            reward_dir,
+            prompts,
+            max_new_tokens=self.config.max_new_tokens,
+            scorer=scorer,
+            device=device,
         )

@@ -106,15 +106,6 @@ def _format(prompts, responses, metadata) -> list[float]:
     return [demo.format_reward(r) for r in responses]
 
 
-def _reward_model(path: str, normalize: bool, device: torch.device) -> Component:
-    scorer = load_reward_scorer(path, normalize=normalize, device=device)
-
-    def score(prompts, responses, metadata) -> list[float]:
-        return scorer([m["prompt"] for m in metadata], list(responses))
-
-    return score
-
-
 def _scorer_component(scorer: Scorer) -> Component:
     def score(prompts, responses, metadata) -> list[float]:
         return [float(r) for r in scorer([m["prompt"] for m in metadata], list(responses))]
@@ -137,12 +128,10 @@ def build_stage_reward(
                 f"ppo.reward_model is {REWARD_STAGE_REF!r}, which only the retraining flow resolves; "
                 "set it to a reward-stage model dir, or to null with ppo.verifiable_rewards"
             )
-        component = (
-            _scorer_component(scorer)
-            if scorer is not None
-            else _reward_model(stage.reward_model, stage.normalize_reward, device)
+        scorer = scorer or load_reward_scorer(
+            stage.reward_model, normalize=stage.normalize_reward, device=device
         )
-        components["reward_model"] = (stage.weight("reward_model"), component)
+        components["reward_model"] = (stage.weight("reward_model"), _scorer_component(scorer))
     elif scorer is not None:
         raise ValueError(
             "ppo: a reward scorer was given but ppo.reward_model is null; name the model it scores for"
