@@ -107,30 +107,23 @@ def note(message: str, stage: str | None = None) -> None:
         publish(ProgressEvent("note", stage or current_stage(), message=message))
 
 
-def warn(message: str, stage: str | None = None) -> None:
-    """A warning in our words, shown to the person running the job."""
-    if _listeners:
-        publish(ProgressEvent("warning", stage or current_stage(), message=message))
-
-
 class StageHandle:
-    """What a stage runner tells the stage's end event: whether a cache answered, a closing note."""
+    """What a stage runner tells the stage's end event: whether a cache answered."""
 
     def __init__(self, name: str):
         self.name = name
         self.cached = False
-        self.message = ""
 
 
 @contextmanager
-def stage(name: str, message: str = "") -> Iterator[StageHandle]:
+def stage(name: str) -> Iterator[StageHandle]:
     """Publish ``name`` as started, then as finished (with its time) or failed (and re-raise).
 
     Set ``handle.cached = True`` inside the block when a cache answered instead of work.
     """
     handle = StageHandle(name)
     started = time.monotonic()
-    publish(ProgressEvent("stage_started", name, message=message))
+    publish(ProgressEvent("stage_started", name))
     try:
         yield handle
     except BaseException as error:
@@ -143,6 +136,5 @@ def stage(name: str, message: str = "") -> Iterator[StageHandle]:
             name,
             seconds=time.monotonic() - started,
             cached=handle.cached,
-            message=handle.message,
         )
     )

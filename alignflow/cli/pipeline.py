@@ -18,21 +18,17 @@ from alignflow.cli.progress_view import watched
 console = Console()
 
 
-def _fmt_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
-    from flows.summary import key_metrics
-
-    return key_metrics(stage, metrics, limit)
-
-
 def render_summary(summary: dict[str, Any]) -> None:
     """The end-of-run table: stages, times, cache hits, key metrics, promotions, UI commands."""
+    from flows.summary import key_metrics
+
     table = Table(title=f"alignflow run — {summary['project']}")
     for column in ("stage", "time (s)", "cache", "key metrics"):
         table.add_column(column)
     for stage in summary["stages"]:
         cache = "[green]hit[/]" if stage["cached"] else "ran"
         table.add_row(
-            stage["name"], f"{stage['seconds']:.1f}", cache, _fmt_metrics(stage["name"], stage["metrics"])
+            stage["name"], f"{stage['seconds']:.1f}", cache, key_metrics(stage["name"], stage["metrics"])
         )
     if summary["stages"]:
         console.print(table)

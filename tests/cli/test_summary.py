@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alignflow.cli.pipeline import _fmt_metrics
+from flows.summary import key_metrics
 
 
 def test_evaluate_row_leads_with_the_pinned_sets_task_accuracy_against_the_reference():
@@ -15,7 +15,7 @@ def test_evaluate_row_leads_with_the_pinned_sets_task_accuracy_against_the_refer
         "golden/task_accuracy/low": 0.9,
         "golden/task_accuracy/n": 130.0,
     }
-    cell = _fmt_metrics("evaluate", metrics)
+    cell = key_metrics("evaluate", metrics)
     assert cell.startswith("pinned task_accuracy=0.946, pinned reference_task_accuracy=0, task_accuracy=0.5")
     assert "/low" not in cell and "/n" not in cell  # intervals live in the gate table, not here
     assert "reward_margin" not in cell  # headline metrics fill the cell before the rest
@@ -23,11 +23,11 @@ def test_evaluate_row_leads_with_the_pinned_sets_task_accuracy_against_the_refer
 
 def test_reward_row_shows_held_out_accuracy_and_keeps_the_train_scope():
     metrics = {"train/accuracy": 0.739, "train_loss": 0.36, "eval/accuracy": 0.617, "eval/ece": 0.05}
-    cell = _fmt_metrics("reward", metrics)
+    cell = key_metrics("reward", metrics)
     assert cell.startswith("accuracy=0.617, ece=0.05")
     assert "train/accuracy=0.739" in cell
 
 
 def test_noise_is_left_out_of_other_rows():
-    cell = _fmt_metrics("sft", {"train_runtime": 8.2, "epoch": 2.9, "eval_loss": 0.524})
+    cell = key_metrics("sft", {"train_runtime": 8.2, "epoch": 2.9, "eval_loss": 0.524})
     assert cell == "eval_loss=0.524"
