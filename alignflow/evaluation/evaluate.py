@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from alignflow.data.checks import as_text
+from alignflow.data.checks import as_text, check_record
+from alignflow.data.normalize import RowError, normalize_row
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
 from alignflow.evaluation.kl import sampled_kl
@@ -34,6 +35,27 @@ from alignflow.models.prompting import generate
 def _raw(scorer: Scorer) -> Scorer:
     """Un-normalised scores when the scorer offers them: calibration needs the real margins."""
     return getattr(scorer, "raw", scorer)
+
+
+def checked_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Records as the data stage would keep them: a raw row (no ``kind``) is normalised and
+    every pair is checked.
+
+    The Python API skips the data stage, so a bad row (a boolean response, a missing side)
+    is refused here with its index and field instead of failing inside the scorer.
+    """
+    checked = []
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise ValueError(f"records[{index}] is {type(record).__name__}, not a mapping")
+        try:
+            canonical = record if "kind" in record else normalize_row(dict(record))
+            if canonical["kind"] == "pair":
+                check_record(canonical)
+        except RowError as error:
+            raise ValueError(f"records[{index}] field {error.field!r}: {error.code}: {error}") from None
+        checked.append(canonical)
+    return checked
 
 
 def held_out_pairs(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
@@ -60,7 +82,7 @@ def evaluate_reward_model(
 ) -> EvalReport:
     """Accuracy, margin and calibration of a reward model on held-out pairs."""
     config = config or EvaluationConfig()
-    pairs = held_out_pairs(records, config.max_pairs)
+    pairs = held_out_pairs(checked_records(records), config.max_pairs)
     if not pairs:
         raise ValueError(
             "no held-out pairs (kind='pair' with chosen/rejected) to evaluate the reward model on"

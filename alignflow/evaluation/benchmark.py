@@ -1,0 +1,655 @@
+"""Evaluating any model on any benchmark file: what ``alignflow eval reward|policy`` runs.
+
+A benchmark file is read and validated by the data stage's own readers and checks, so a
+bad row is quarantined with its reason, file and row instead of crashing the evaluation;
+only valid rows are scored. On pairs, the report adds what one accuracy hides: how the
+reward model does when the chosen answer is the longer one vs the shorter one (length
+bias), the rank correlation of reward with length, and the same figures per subset.
+
+With a registered model (``models:/NAME@ALIAS``) and tracking configured, the figures are
+logged to an evaluation run against the version's logged model (MLflow 3), so the
+registry shows how each version did on each benchmark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alignflow.data.checks import as_text, near_key_text
+from alignflow.data.config import DataConfig
+from alignflow.data.demo import task_accuracy
+from alignflow.data.issues import Issue
+from alignflow.data.readers import read_rows
+from alignflow.data.validation import Entry, describe_inputs, load_tokenizer, validate_rows
+from alignflow.evaluation.calibration import pairwise_report
+from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.intervals import Estimate, is_bound_key, put_estimate, wilson, wilson_of
+from alignflow.evaluation.judges import Judge, Scorer
+from alignflow.evaluation.metrics import completion_lengths, mean, preference_pairs, score_pairs
+from alignflow.models.prompting import completion_text
+
+MISSING_SUBSET = "(missing)"
+LENGTH_UNIT = "characters"  # model-independent: two models' tokenizers would count differently
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+@dataclass
+class Benchmark:
+    """The valid rows of a benchmark file (with file and row) and the quarantined ones."""
+
+    name: str
+    path: str
+    entries: list[Entry]
+    issues: list[Issue]
+    validation: dict[str, Any]
+    max_rows: int | None = None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [entry.record for entry in self.entries]
+
+    def pairs(self) -> list[dict[str, Any]]:
+        return preference_pairs(self.records)
+
+    def rows(self, scored: int) -> dict[str, Any]:
+        """Where every row read went: scored, valid but not scorable here, or quarantined."""
+        report = self.validation
+        return {
+            "read": report["input_rows"],
+            "valid": report["kept"],
+            "scored": scored,
+            "valid_not_scored": report["kept"] - scored,
+            "kinds": report["kinds"],
+            "quarantined": report["quarantined"],
+            "quarantined_by_reason": report["counts_by_reason"],
+            "quarantined_rows": [issue.to_dict() for issue in self.issues],
+            "unreadable_files": report["unreadable_files"],
+            "truncated_files": report["truncated_files"],
+        }
+
+
+def benchmark_name(path: str | Path) -> str:
+    """The file name without any suffix: ``hh-test.jsonl.gz`` -> ``hh-test``."""
+    return Path(path).name.split(".")[0] or Path(path).name
+
+
+def read_benchmark(
+    path: str | Path,
+    config: DataConfig | None = None,
+    max_rows: int | None = None,
+    fmt: str | None = None,
+    name: str | None = None,
+) -> Benchmark:
+    """Read and validate a benchmark file (or directory) as the data stage would.
+
+    ``max_rows`` stops reading after that many input rows, so a quick look at a large file
+    costs seconds. A :class:`~alignflow.data.readers.FormatError` (unknown format) is
+    raised; everything else wrong with the input ends up in ``issues``.
+    """
+    config = config or DataConfig()
+    path = Path(path)
+    fmt = fmt or config.format
+    rows = read_rows(path, fmt, hint_splits=path.is_dir())
+    if max_rows is not None:
+        rows = itertools.islice(rows, max_rows)
+    validated = validate_rows(rows, config, describe_inputs([path], fmt), load_tokenizer(config))
+    return Benchmark(
+        name or benchmark_name(path),
+        str(path),
+        validated.kept,
+        validated.issues,
+        validated.report,
+        max_rows,
+    )
+
+
+def benchmark_info(benchmark: Benchmark) -> dict[str, Any]:
+    inputs = benchmark.validation.get("inputs") or [{}]
+    return {
+        "name": benchmark.name,
+        "path": benchmark.path,
+        "sha256": inputs[0].get("sha256") if len(inputs) == 1 else None,
+        "max_rows": benchmark.max_rows,
+    }
+
+
+# --- reward models on pairs ------------------------------------------------------------
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman rank correlation (ties share their mean rank); None when a side is constant."""
+    import pandas as pd
+
+    if len(x) != len(y):
+        raise ValueError(f"spearman needs paired values: {len(x)} vs {len(y)}")
+    rx, ry = pd.Series(x, dtype=float).rank(), pd.Series(y, dtype=float).rank()
+    if len(rx) < 2 or rx.nunique() < 2 or ry.nunique() < 2:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+@dataclass(frozen=True)
+class LengthBias:
+    """Does the reward model prefer length rather than quality?
+
+    A reward model that has learnt "longer is better" is right on pairs whose chosen side is
+    longer and wrong on the others; its overall accuracy hides this when most chosen
+    answers happen to be longer. ``gap`` is |accuracy when longer - accuracy when shorter|.
+    """
+
+    chosen_longer: Estimate
+    chosen_shorter: Estimate
+    equal_length: int
+    gap: float | None
+    spearman_reward_length: float | None
+    responses: int
+    unit: str = LENGTH_UNIT
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "chosen_longer": self.chosen_longer.as_dict(),
+            "chosen_shorter": self.chosen_shorter.as_dict(),
+        }
+
+
+def length_bias(
+    chosen: Sequence[float],
+    rejected: Sequence[float],
+    chosen_lengths: Sequence[int],
+    rejected_lengths: Sequence[int],
+) -> LengthBias:
+    """Accuracy split by which side is longer, and reward-length correlation over all responses."""
+    longer, shorter, equal = [], [], 0
+    for c, r, lc, lr in zip(chosen, rejected, chosen_lengths, rejected_lengths, strict=True):
+        if lc == lr:
+            equal += 1
+        else:
+            (longer if lc > lr else shorter).append(1.0 if c > r else 0.0)
+    when_longer, when_shorter = wilson_of(longer), wilson_of(shorter)
+    gap = (
+        abs(when_longer.value - when_shorter.value)
+        if when_longer.value is not None and when_shorter.value is not None
+        else None
+    )
+    rewards = [*chosen, *rejected]
+    return LengthBias(
+        when_longer,
+        when_shorter,
+        equal,
+        gap,
+        spearman(rewards, [*chosen_lengths, *rejected_lengths]),
+        len(rewards),
+    )
+
+
+@dataclass
+class ScoredPairs:
+    """A reward model's scores of each pair's two sides, and the sides' lengths."""
+
+    chosen: list[float]
+    rejected: list[float]
+    chosen_lengths: list[int]
+    rejected_lengths: list[int]
+
+    def subset(self, index: Sequence[int]) -> ScoredPairs:
+        return ScoredPairs(
+            *(
+                [values[i] for i in index]
+                for values in (self.chosen, self.rejected, self.chosen_lengths, self.rejected_lengths)
+            )
+        )
+
+
+def score_benchmark_pairs(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> ScoredPairs:
+    """Raw scores (a scorer's un-normalised ``raw`` when it has one: calibration reads the
+    real margins) and the lengths in characters of every chosen and rejected response."""
+    chosen, rejected = score_pairs(getattr(scorer, "raw", scorer), pairs)
+    return ScoredPairs(
+        chosen,
+        rejected,
+        completion_lengths([completion_text(p["chosen"]) for p in pairs]),
+        completion_lengths([completion_text(p["rejected"]) for p in pairs]),
+    )
+
+
+def pair_figures(scored: ScoredPairs) -> dict[str, Any]:
+    """Accuracy with its Wilson interval, ECE, margin and reward statistics of some pairs."""
+    calibration = pairwise_report(scored.chosen, scored.rejected)
+    right = sum(c > r for c, r in zip(scored.chosen, scored.rejected, strict=True))
+    return {
+        "pairs": calibration.n_pairs,
+        "accuracy": wilson(right, calibration.n_pairs).as_dict(),
+        "ece": calibration.ece,
+        "margin_mean": calibration.margin_mean,
+        "reward_mean": calibration.reward_mean,
+        "reward_std": calibration.reward_std,
+    }
+
+
+def subset_value(record: Mapping[str, Any], column: str) -> str:
+    """A row's subset: a canonical field, else the input column kept in ``metadata``."""
+    value = record.get(column)
+    if value is None:
+        value = (record.get("metadata") or {}).get(column)
+    return MISSING_SUBSET if value is None else str(value)
+
+
+def subset_table(
+    pairs: Sequence[Mapping[str, Any]], scored: ScoredPairs, column: str
+) -> dict[str, dict[str, Any]]:
+    """Per subset value (sorted): the pair figures and the length bias of its rows."""
+    groups: dict[str, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        groups.setdefault(subset_value(pair, column), []).append(i)
+    table = {}
+    for value, index in sorted(groups.items()):
+        part = scored.subset(index)
+        bias = length_bias(part.chosen, part.rejected, part.chosen_lengths, part.rejected_lengths)
+        table[value] = {**pair_figures(part), "length_gap": bias.gap}
+    return table
+
+
+def evaluate_reward_benchmark(
+    scorer: Scorer, benchmark: Benchmark, subset_column: str | None = None
+) -> dict[str, Any]:
+    """The ``eval reward`` report: rows, accuracy (95% interval), ECE, margin, length bias
+    and, with ``subset_column``, the same per subset. Raises ValueError with no pair to score."""
+    pairs = benchmark.pairs()
+    if not pairs:
+        raise ValueError(
+            f"{benchmark.path}: no valid pair rows to score ({benchmark.validation['input_rows']} read, "
+            f"{benchmark.validation['quarantined']} quarantined, kinds {benchmark.validation['kinds']})"
+        )
+    scored = score_benchmark_pairs(scorer, pairs)
+    bias = length_bias(scored.chosen, scored.rejected, scored.chosen_lengths, scored.rejected_lengths)
+    report: dict[str, Any] = {
+        "kind": "reward",
+        "benchmark": benchmark_info(benchmark),
+        "rows": benchmark.rows(len(pairs)),
+        **pair_figures(scored),
+        "length_bias": bias.as_dict(),
+        "subsets": None,
+    }
+    if subset_column:
+        report["subsets"] = {"column": subset_column, "groups": subset_table(pairs, scored, subset_column)}
+    report["metrics"] = reward_metrics(report)
+    return report
+
+
+def _estimate(metrics: dict[str, float | None], key: str, estimate: Mapping[str, Any]) -> None:
+    put_estimate(metrics, key, Estimate(**estimate))
+
+
+def reward_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
+    """The report's figures as flat metric names (what MLflow records)."""
+    metrics: dict[str, float | None] = {}
+    _estimate(metrics, "reward_accuracy", report["accuracy"])
+    metrics |= {f"reward_{k}": report[k] for k in ("ece", "margin_mean", "reward_mean", "reward_std")}
+    bias = report["length_bias"]
+    _estimate(metrics, "length_bias/accuracy_chosen_longer", bias["chosen_longer"])
+    _estimate(metrics, "length_bias/accuracy_chosen_shorter", bias["chosen_shorter"])
+    metrics["length_bias/gap"] = bias["gap"]
+    metrics["length_bias/spearman_reward_length"] = bias["spearman_reward_length"]
+    metrics |= _row_metrics(report["rows"])
+    for value, figures in ((report.get("subsets") or {}).get("groups") or {}).items():
+        _estimate(metrics, f"subset/{value}/reward_accuracy", figures["accuracy"])
+    return metrics
+
+
+def _row_metrics(rows: Mapping[str, Any]) -> dict[str, float]:
+    return {f"rows/{k}": float(rows[k]) for k in ("read", "scored", "quarantined")}
+
+
+# --- policies on prompts -----------------------------------------------------------------
+
+
+def answer_score(completion: str, answer: Any) -> float:
+    """1.0 when a completion gets a reference answer right.
+
+    A numeric answer is the demo task's strict score (right number, required format);
+    any other answer counts when its words appear in the completion (case, spacing and
+    punctuation folded), so a prompt file with text answers can be judged too.
+    """
+    numeric = isinstance(answer, int) and not isinstance(answer, bool)
+    if numeric or re.fullmatch(r"-?\d+", str(answer).strip()):
+        return task_accuracy(completion, answer)
+    wanted = near_key_text(str(answer))
+    return 1.0 if wanted and f" {wanted} " in f" {near_key_text(completion)} " else 0.0
+
+
+def prompt_rows(benchmark: Benchmark, limit: int) -> tuple[list[Any], list[Any]]:
+    """Distinct prompts of the valid rows (any kind carries one) and their answers or None."""
+    from alignflow.evaluation.challenger import golden_prompts
+
+    return golden_prompts(benchmark.records, limit)
+
+
+def _generate(
+    model_and_tokenizer: tuple[Any, Any], prompts: list[Any], config: EvaluationConfig
+) -> list[str]:
+    from alignflow.models.prompting import generate
+
+    model, tokenizer = model_and_tokenizer
+    return generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=config.max_new_tokens,
+        do_sample=config.do_sample,
+        temperature=config.temperature,
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """KL between two policies is defined token by token: only over one shared vocabulary."""
+    return a.get_vocab() == b.get_vocab()
+
+
+@dataclass
+class PolicyRun:
+    """What ``eval policy`` compared: the policy, an optional opponent, judges and a scorer."""
+
+    policy: tuple[Any, Any]
+    against: tuple[Any, Any] | None = None
+    judges: Mapping[str, Judge] = field(default_factory=dict)
+    scorer: Scorer | None = None
+    config: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+
+def evaluate_policy_benchmark(run: PolicyRun, benchmark: Benchmark) -> dict[str, Any]:
+    """The ``eval policy`` report: the policy answers every distinct prompt (and the opponent
+    too, with ``against``); win rates per judge and task accuracy with 95% intervals,
+    length and, when both share a vocabulary, KL(policy || against)."""
+    from alignflow.evaluation.challenger import golden_key, judge_policy_completions
+    from alignflow.evaluation.kl import sampled_kl
+
+    config = run.config
+    prompts, answers = prompt_rows(benchmark, config.max_prompts)
+    if not prompts:
+        raise ValueError(f"{benchmark.path}: no valid rows with a prompt to answer")
+    ours = _generate(run.policy, prompts, config)
+    metrics: dict[str, float | None] = {}
+    samples: list[dict[str, Any]]
+    theirs = _generate(run.against, prompts, config) if run.against is not None else None
+    if theirs is not None:
+        judged = judge_policy_completions(
+            prompts,
+            answers,
+            ours,
+            theirs,
+            None,
+            run.judges,
+            None,
+            answer_score,
+            config.seed,
+            config.num_samples,
+        )
+        # the pinned-set figures, named for this command: the opponent is --against
+        prefix = golden_key("")
+        metrics |= {
+            k.removeprefix(prefix).replace("reference", "against"): v for k, v in judged.metrics.items()
+        }
+        samples = judged.samples
+        if config.kl_samples and same_vocabulary(run.policy[1], run.against[1]):
+            kl_prompts = [prompts[i % len(prompts)] for i in range(config.kl_samples)]
+            metrics["kl_to_against"] = sampled_kl(
+                run.policy[0],
+                run.against[0],
+                run.policy[1],
+                kl_prompts,
+                config.max_new_tokens,
+                config.batch_size,
+                config.seed,
+            )
+        metrics["against_length_mean"] = mean(completion_lengths(theirs))
+    else:
+        outcomes = [None if a is None else answer_score(c, a) for c, a in zip(ours, answers, strict=True)]
+        put_estimate(metrics, "task_accuracy", wilson_of(outcomes))
+        metrics["answers"] = float(sum(a is not None for a in answers))
+        samples = [
+            {"prompt": as_text(p), "policy": c} | ({"answer": a} if a is not None else {})
+            for p, c, a in zip(prompts, ours, answers, strict=True)
+        ][: config.num_samples]
+    metrics["length_mean"] = mean(completion_lengths(ours))
+    if run.scorer is not None:
+        metrics["reward_mean"] = mean(getattr(run.scorer, "raw", run.scorer)(prompts, ours))
+    metrics |= _row_metrics(benchmark.rows(len(prompts)))
+    return {
+        "kind": "policy",
+        "benchmark": benchmark_info(benchmark),
+        "rows": benchmark.rows(len(prompts)),
+        "judges": sorted(run.judges),
+        "length_unit": LENGTH_UNIT,
+        "metrics": metrics,
+        "samples": samples,
+    }
+
+
+# --- the report files ----------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    text = "n/a" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", "⏎")
+
+
+def _metric_rows(metrics: Mapping[str, float | None]) -> list[str]:
+    lines = ["| metric | value | 95% interval | n |", "|---|---|---|---|"]
+    for key in sorted(k for k in metrics if not is_bound_key(k)):
+        low, high, n = (metrics.get(f"{key}/{s}") for s in ("low", "high", "n"))
+        interval = f"[{_cell(low)}, {_cell(high)}]" if low is not None else ""
+        lines.append(f"| `{key}` | {_cell(metrics[key])} | {interval} | {'' if n is None else int(n)} |")
+    return lines
+
+
+def _quarantine_row(q: Mapping[str, Any]) -> str:
+    where = f"{q['file']}:{q['row']}" if q["row"] is not None else q["file"]
+    return f"| {_cell(where)} | {_cell(q['field'])} | `{q['code']}` | {_cell(q['message'])} |"
+
+
+def to_markdown(report: Mapping[str, Any]) -> str:
+    """The report for people: rows and quarantine reasons, figures with intervals, subsets."""
+    bench, rows = report["benchmark"], report["rows"]
+    lines = [f"# {report['kind'].capitalize()} evaluation on `{bench['name']}`", ""]
+    lines += [f"- **{k}**: {_cell(v)}" for k, v in bench.items()]
+    if report.get("model"):
+        lines += [f"- **model**: {_cell(report['model'].get('ref'))}"]
+    if report.get("against"):
+        lines += [f"- **against**: {_cell(report['against'].get('ref'))}"]
+    lines += ["", "## Rows", ""]
+    lines += [f"- {k}: {rows[k]}" for k in ("read", "valid", "scored", "valid_not_scored", "quarantined")]
+    if rows["quarantined_by_reason"]:
+        lines += ["", "| reason | rows |", "|---|---|"]
+        lines += [f"| `{k}` | {v} |" for k, v in rows["quarantined_by_reason"].items()]
+        lines += ["", "| file:row | field | reason | message |", "|---|---|---|---|"]
+        lines += [_quarantine_row(q) for q in rows["quarantined_rows"]]
+    lines += ["", "## Metrics", "", *_metric_rows(report["metrics"])]
+    subsets = report.get("subsets")
+    if subsets:
+        lines += ["", f"## By `{subsets['column']}`", ""]
+        lines += [
+            "| subset | pairs | accuracy | 95% interval | ECE | margin | length gap |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for value, g in subsets["groups"].items():
+            a = g["accuracy"]
+            cells = [value, g["pairs"], a["value"], f"[{_cell(a['low'])}, {_cell(a['high'])}]"]
+            cells += [g["ece"], g["margin_mean"], g["length_gap"]]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if report.get("samples"):
+        columns = list(report["samples"][0])
+        lines += ["", "## Samples", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_cell(s.get(c)) for c in columns) + " |" for s in report["samples"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_benchmark_report(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """``report.json`` and ``report.md`` under ``out_dir``."""
+    import json
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md"}
+    paths["json"].write_text(json.dumps(report, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    paths["markdown"].write_text(to_markdown(report), encoding="utf-8")
+    return paths
+
+
+# --- models by path or from the registry ---------------------------------------------------
+
+_REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model named on the command line: a local folder or a registered version."""
+
+    ref: str
+    path: str
+    name: str | None = None
+    version: str | None = None
+    model_id: str | None = None
+
+    @property
+    def registered(self) -> bool:
+        return self.name is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_registered(ref: str) -> tuple[str, str] | None:
+    """``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` -> (name, alias or version); else None."""
+    match = _REGISTERED.fullmatch(ref)
+    if match is None:
+        if ref.startswith("models:/"):
+            raise ValueError(f"{ref!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+        return None
+    return match["name"], match["alias"] or match["version"]
+
+
+def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> ModelRef:
+    """A local folder as it is; a registered version downloaded under ``work_dir``.
+
+    Raises FileNotFoundError when the folder or the version does not exist.
+    """
+    registered = parse_registered(ref)
+    if registered is None:
+        path = Path(ref).expanduser()
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{ref}: not a saved model folder (no config.json)")
+        return ModelRef(ref, str(path))
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from alignflow.registry.models import download_model_dir
+
+    if tracking_uri is None:
+        raise ValueError(
+            f"{ref}: a registered model needs a tracking URI (--tracking-uri or MLFLOW_TRACKING_URI)"
+        )
+    name, which = registered
+    client = MlflowClient(tracking_uri)
+    try:
+        version = (
+            client.get_model_version(name, which)
+            if which.isdigit()
+            else client.get_model_version_by_alias(name, which)
+        )
+    except MlflowException as exc:
+        raise FileNotFoundError(f"{ref}: no such registered model version in {tracking_uri}") from exc
+    target = Path(work_dir) / f"{name}-v{version.version}"
+    path = download_model_dir(tracking_uri, name, str(version.version), target)
+    if path is None:
+        raise FileNotFoundError(f"{ref}: version {version.version} could not be loaded")
+    return ModelRef(ref, str(path), name, str(version.version), getattr(version, "model_id", None))
+
+
+# --- tracking -------------------------------------------------------------------------------
+
+
+def benchmark_dataset(benchmark: Benchmark):
+    """The benchmark as an MLflow dataset (name, digest of the file, where it lives)."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # MLflow registers two equivalent sources for local paths
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(Path(benchmark.path).resolve()))
+    sha = benchmark_info(benchmark)["sha256"] or ""
+    return MetaDataset(source, name=benchmark.name, digest=(sha[:16] or None))
+
+
+def _experiment_of(client: Any, model: ModelRef) -> str | None:
+    """The experiment the version was trained in, so its evaluations sit beside it."""
+    if model.model_id:
+        return client.get_logged_model(model.model_id).experiment_id
+    run_id = client.get_model_version(model.name, model.version).run_id
+    return client.get_run(run_id).info.experiment_id if run_id else None
+
+
+def log_benchmark_run(
+    tracking_uri: str,
+    report: Mapping[str, Any],
+    model: ModelRef,
+    benchmark: Benchmark,
+    files: Mapping[str, Path] | None = None,
+) -> dict[str, Any]:
+    """Log the report as an evaluation run of a registered version.
+
+    The metrics are logged against the version's logged model (``model_id``) and the
+    benchmark dataset, under keys ``<benchmark>/<metric>``, so the logged model lists how it
+    did on every benchmark it met. The version gets an ``eval.<benchmark>.run_id`` tag.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    from alignflow.registry.tracking import sanitize_name
+
+    client = MlflowClient(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment_id = _experiment_of(client, model)
+    if experiment_id is None:
+        experiment_id = mlflow.set_experiment(f"{model.name}-eval").experiment_id
+    bench = sanitize_name(benchmark.name).replace("/", "_")
+    metrics = {
+        sanitize_name(f"{bench}/{k}"): float(v)
+        for k, v in report["metrics"].items()
+        if v is not None and np.isfinite(v)
+    }
+    tags = {
+        "alignflow.eval.kind": report["kind"],
+        "alignflow.eval.benchmark": benchmark.name,
+        "alignflow.eval.model": f"{model.name}/{model.version}",
+    }
+    with mlflow.start_run(
+        experiment_id=experiment_id, run_name=f"eval-{report['kind']}-{bench}", tags=tags
+    ) as run:
+        info = benchmark_info(benchmark)
+        mlflow.log_params(
+            {f"benchmark.{k}": str(v)[:500] for k, v in info.items()} | {"model.version": model.version}
+        )
+        mlflow.log_metrics(metrics, model_id=model.model_id, dataset=benchmark_dataset(benchmark))
+        for path in (files or {}).values():
+            mlflow.log_artifact(str(path), f"eval/{bench}")
+    client.set_model_version_tag(model.name, model.version, f"eval.{bench}.run_id", run.info.run_id)
+    return {
+        "tracking_uri": tracking_uri,
+        "run_id": run.info.run_id,
+        "experiment_id": experiment_id,
+        "model_id": model.model_id,
+        "metric_prefix": f"{bench}/",
+    }

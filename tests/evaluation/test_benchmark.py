@@ -1,0 +1,126 @@
+"""Scoring a benchmark file: validation on the way in, length bias, subsets, the API fix."""
+
+import json
+
+import pytest
+
+from alignflow.evaluation import benchmark
+from alignflow.evaluation.evaluate import evaluate_reward_model
+
+
+def length_scorer(prompts, completions):
+    """A reward model that has learnt only that longer is better."""
+    return [float(len(c)) for c in completions]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def pairs_with_lengths(n_longer: int, n_shorter: int) -> list[dict]:
+    rows = []
+    for i in range(n_longer):
+        rows.append({"prompt": f"q{i}", "chosen": f"a long, careful answer {i}", "rejected": f"no {i}"})
+    for i in range(n_shorter):
+        rows.append({"prompt": f"r{i}", "chosen": f"yes {i}", "rejected": f"a long, rambling reply {i}"})
+    return rows
+
+
+def test_length_bias_of_a_scorer_that_rewards_length():
+    chosen_lengths, rejected_lengths = [30, 40, 50, 5, 6], [10, 12, 14, 20, 25]
+    bias = benchmark.length_bias(chosen_lengths, rejected_lengths, chosen_lengths, rejected_lengths)
+    assert bias.chosen_longer.value == 1.0 and bias.chosen_longer.n == 3
+    assert bias.chosen_shorter.value == 0.0 and bias.chosen_shorter.n == 2
+    assert bias.gap == 1.0
+    assert bias.spearman_reward_length == pytest.approx(1.0)
+    assert bias.responses == 10
+    # a scorer that ignores length: no gap, no correlation
+    flat = benchmark.length_bias([1.0] * 5, [0.0] * 5, chosen_lengths, rejected_lengths)
+    assert flat.gap == 0.0
+    assert flat.spearman_reward_length < 0.5
+
+
+def test_spearman_is_rank_based_and_none_when_constant():
+    assert benchmark.spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == pytest.approx(1.0)
+    assert benchmark.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert benchmark.spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_reward_report_on_a_file_with_subsets(tmp_path):
+    rows = pairs_with_lengths(6, 4)
+    for i, row in enumerate(rows):
+        row["category"] = "easy" if i % 2 else "hard"
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "bench.jsonl", rows))
+    assert bench.name == "bench"
+    report = benchmark.evaluate_reward_benchmark(length_scorer, bench, subset_column="category")
+    assert report["accuracy"]["value"] == pytest.approx(0.6) and report["accuracy"]["n"] == 10
+    assert 0.0 <= report["accuracy"]["low"] < 0.6 < report["accuracy"]["high"] <= 1.0
+    bias = report["length_bias"]
+    assert bias["chosen_longer"]["value"] == 1.0 and bias["chosen_shorter"]["value"] == 0.0
+    assert bias["gap"] == 1.0 and bias["spearman_reward_length"] > 0.8
+    groups = report["subsets"]["groups"]
+    assert sorted(groups) == ["easy", "hard"] and sum(g["pairs"] for g in groups.values()) == 10
+    assert report["metrics"]["reward_accuracy"] == pytest.approx(0.6)
+    assert report["metrics"]["subset/easy/reward_accuracy/n"] == 5.0
+    paths = benchmark.write_benchmark_report(report, tmp_path / "out")
+    assert json.loads(paths["json"].read_text())["rows"]["scored"] == 10
+    assert "## By `category`" in paths["markdown"].read_text()
+
+
+def test_bad_rows_are_quarantined_not_scored(tmp_path):
+    rows = [
+        *pairs_with_lengths(3, 0),
+        {"prompt": "q", "chosen": "fine"},
+        {"prompt": "q", "chosen": True, "rejected": "no"},
+        {"prompt": "q", "chosen": "   ", "rejected": "no"},
+    ]
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "mixed.jsonl", rows))
+    report = benchmark.evaluate_reward_benchmark(length_scorer, bench)
+    assert report["rows"]["read"] == 6 and report["rows"]["scored"] == 3
+    assert report["rows"]["quarantined_by_reason"] == {
+        "empty_field": 1,
+        "missing_field": 1,
+        "non_string_field": 1,
+    }
+    where = {(q["row"], q["field"]) for q in report["rows"]["quarantined_rows"]}
+    assert where == {(4, "rejected"), (5, "chosen"), (6, "chosen")}
+
+
+def test_a_file_without_valid_pairs_is_refused(tmp_path):
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "q", "chosen": 1}]))
+    with pytest.raises(ValueError, match="no valid pair rows"):
+        benchmark.evaluate_reward_benchmark(length_scorer, bench)
+
+
+def test_max_rows_stops_reading(tmp_path):
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "b.jsonl", pairs_with_lengths(8, 0)), max_rows=3)
+    assert bench.validation["input_rows"] == 3 and len(bench.pairs()) == 3
+
+
+def test_answer_score_numbers_and_text():
+    assert benchmark.answer_score("The answer is 7.", 7) == 1.0
+    assert benchmark.answer_score("I think 7", "7") == 0.0  # the demo task's required format
+    assert benchmark.answer_score("It is Paris, France.", "paris") == 1.0
+    assert benchmark.answer_score("It is Parisian.", "Paris") == 0.0
+
+
+def test_parse_registered_refs():
+    assert benchmark.parse_registered("models:/demo-reward@champion") == ("demo-reward", "champion")
+    assert benchmark.parse_registered("models:/demo-reward/3") == ("demo-reward", "3")
+    assert benchmark.parse_registered("outputs/reward") is None
+    with pytest.raises(ValueError, match="models:/NAME@ALIAS"):
+        benchmark.parse_registered("models:/")
+
+
+def test_evaluate_reward_model_normalises_raw_rows_and_names_a_bad_one():
+    """The Python API used to raise a bare TypeError on a boolean response."""
+    hh = {"chosen": "\n\nHuman: hi\n\nAssistant: hello there", "rejected": "\n\nHuman: hi\n\nAssistant: go"}
+    plain = {"prompt": "q", "chosen": "long one", "rejected": "no"}
+    report = evaluate_reward_model(length_scorer, [plain, hh])
+    assert report.metrics["eval/reward_accuracy"] == 1.0 and report.metrics["eval/reward_pairs"] == 2.0
+    bad = [{"prompt": "q", "chosen": "a", "rejected": "b"}, {"prompt": "q", "chosen": True, "rejected": "no"}]
+    with pytest.raises(ValueError, match=r"records\[1\] field 'chosen': non_string_field"):
+        evaluate_reward_model(length_scorer, bad)
+    with pytest.raises(ValueError, match=r"records\[0\] field 'rejected': missing_field"):
+        evaluate_reward_model(length_scorer, [{"prompt": "q", "chosen": "a"}])
