@@ -1,6 +1,7 @@
 """KL penalty between the policy and a reference (or the behaviour policy).
 
-Two input forms:
+The reference is the ``ref_log_probs`` keyword when given (``ref_logits`` for the full
+form), else ``targets``. Two input forms:
 
 - sampled-token log-probs (``estimator`` "k1", "k2" or "k3"): ``predictions`` are the
   policy's log-probs of the tokens actually sampled and ``targets`` the reference's.
@@ -58,8 +59,12 @@ class KLDivergenceLoss(CustomLoss):
         self.estimator = estimator
 
     def compute_loss(self, predictions, targets=None, mask=None, **kwargs):
+        # inside a composite the positional targets are the behaviour policy's log-probs (what
+        # PPO's ratio needs); a KL penalty is against the reference, which comes by keyword
+        reference = kwargs.get("ref_logits" if self.estimator == "full" else "ref_log_probs")
+        targets = reference if reference is not None else targets
         if targets is None:
-            raise ValueError("KLDivergenceLoss needs targets (reference log-probs or logits)")
+            raise ValueError("KLDivergenceLoss needs the reference: ref_log_probs (or ref_logits) or targets")
         targets = targets.detach()
         if self.estimator == "full":
             kl = kl_from_logits(predictions, targets, self.config.temperature)

@@ -49,25 +49,46 @@ class StepResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(init=False)
 class Trajectory:
-    """One finished (or truncated) episode, as collected by a rollout."""
+    """One finished (or truncated) episode, as collected by a rollout.
+
+    Both spec spellings of the per-action log-probs are accepted (``log_probs`` or
+    ``logprobs``); ``total_reward`` defaults to the sum of ``rewards`` when not given.
+    """
 
     observations: list[Observation]
     actions: list[torch.Tensor]
     rewards: list[float]
-    log_probs: list[torch.Tensor] | None = None
-    values: list[torch.Tensor] | None = None
-    done: bool = False
-    metrics: dict[str, Any] = field(default_factory=dict)
+    log_probs: list[torch.Tensor] | None
+    values: list[torch.Tensor] | None
+    done: bool
+    total_reward: float
+    metrics: dict[str, Any]
 
-    @property
-    def total_reward(self) -> float:
-        return float(sum(self.rewards))
+    def __init__(
+        self,
+        observations: list[Observation],
+        actions: list[torch.Tensor],
+        rewards: list[float],
+        log_probs: list[torch.Tensor] | None = None,
+        values: list[torch.Tensor] | None = None,
+        done: bool = False,
+        total_reward: float | None = None,
+        metrics: dict[str, Any] | None = None,
+        logprobs: list[torch.Tensor] | None = None,
+    ):
+        if log_probs is not None and logprobs is not None:
+            raise TypeError("Trajectory: give log_probs or logprobs (the same thing), not both")
+        self.observations, self.actions, self.rewards = observations, actions, rewards
+        self.log_probs = log_probs if log_probs is not None else logprobs
+        self.values, self.done = values, done
+        self.total_reward = float(sum(rewards)) if total_reward is None else float(total_reward)
+        self.metrics = dict(metrics or {})
 
     @property
     def logprobs(self) -> list[torch.Tensor] | None:
-        """Alias used by the second spec document."""
+        """The second spec document's name for ``log_probs``."""
         return self.log_probs
 
     def __len__(self) -> int:
@@ -356,8 +377,12 @@ class PreferenceComparisonEnv(RLEnvironment):
     (Bradley-Terry on its scores) or a human-feedback callback
     ``fn(prompt, response_a, response_b) -> P(A better)`` in [0, 1]. Judged pairs are kept
     in ``comparisons`` as preference records (prompt/chosen/rejected) for DPO or reward
-    model training.
+    model training. With neither judge, the pair is kept unjudged in ``pending`` (for human
+    labelling, e.g. through the feedback service) and the episode's reward is 0.5: no
+    preference is known yet.
     """
+
+    UNJUDGED = 0.5
 
     def __init__(
         self,
@@ -367,14 +392,13 @@ class PreferenceComparisonEnv(RLEnvironment):
         human_feedback_fn: Callable[[str, str, str], float] | None = None,
         max_length: int = 512,
     ):
-        if preference_model is None and human_feedback_fn is None:
-            raise ValueError("PreferenceComparisonEnv needs a preference_model or a human_feedback_fn")
         self.tokenizer = tokenizer
         self.prompts = _check_prompts(prompts)
         self.preference_model = preference_model
         self.human_feedback_fn = human_feedback_fn
         self.max_length = max_length
         self.comparisons: list[dict[str, Any]] = []
+        self.pending: list[dict[str, str]] = []
         self._index = -1
         self._prompt: str | None = None
         self._responses: list[str] = []
@@ -417,6 +441,10 @@ class PreferenceComparisonEnv(RLEnvironment):
         if len(self._responses) == 1:
             return StepResult(0.0, False, obs, info={"awaiting": "response_b"})
         a, b = self._responses
+        if self.preference_model is None and self.human_feedback_fn is None:
+            self.pending.append({"prompt": self._prompt, "response_a": a, "response_b": b})
+            info = {"response_a": a, "response_b": b, "preferred": None}
+            return StepResult(self.UNJUDGED, True, obs, info=info, metrics={"judged": 0.0})
         p, scores = self._judge(self._prompt, a, b)
         chosen, rejected = (a, b) if p >= 0.5 else (b, a)
         self.comparisons.append(

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from alignflow.losses import ImportanceSamplingLoss, PPOLoss
+from alignflow.losses import CustomLoss, ImportanceSamplingLoss, PPOLoss
 from alignflow.rl.functional import logprobs_from_logits
 
 CustomLossFn = Callable[..., torch.Tensor]
@@ -307,20 +307,13 @@ class ForwardBackwardPipeline:
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     def _builtin_loss(self, name, outputs, input_ids, attention_mask, labels, kwargs):
-        logits = outputs.logits
         if name == "cross_entropy":
-            return cross_entropy_loss(logits, input_ids, attention_mask, labels), {}
-        logprobs = logprobs_from_logits(logits[:, :-1], input_ids[:, 1:])
-        mask = _token_mask(attention_mask, kwargs.get("loss_mask"))
-        old = kwargs.get("old_logprobs", kwargs.get("old_log_probs"))
-        if old is None or kwargs.get("advantages") is None:
-            raise ValueError(f"loss_fn={name!r} needs old_logprobs and advantages")
+            return cross_entropy_loss(outputs.logits, input_ids, attention_mask, labels), {}
         if name == "importance_sampling":
             loss_fn = ImportanceSamplingLoss(
                 clip_is_ratio=kwargs.get("clip_is_ratio", 5.0),
                 normalize_advantages=kwargs.get("normalize_advantages", True),
             )
-            out = loss_fn(logprobs, old, mask=mask, advantages=kwargs["advantages"], return_dict=True)
         else:
             loss_fn = PPOLoss(
                 clip_param=kwargs.get("clip_param", 0.2),
@@ -328,19 +321,40 @@ class ForwardBackwardPipeline:
                 entropy_coef=kwargs.get("entropy_coef", 0.0),
                 value_loss_coef=kwargs.get("value_loss_coef", 0.5),
             )
-            values = getattr(outputs, "value", None)
-            values = values[:, :-1] if values is not None and kwargs.get("returns") is not None else None
-            out = loss_fn(
-                logprobs,
-                old,
-                advantages=kwargs["advantages"],
-                values=values,
-                old_values=kwargs.get("old_values"),
-                returns=kwargs.get("returns") if values is not None else None,
-                mask=mask,
-                logits=logits[:, :-1] if loss_fn.entropy_coef else None,
-                return_dict=True,
-            )
+        return self._object_loss(loss_fn, outputs, input_ids, attention_mask, kwargs)
+
+    def _object_loss(self, loss_fn: CustomLoss, outputs, input_ids, attention_mask, kwargs):
+        """A loss object (``PPOLoss()``, a composite...) on the tokens' log-probs under the model.
+
+        ``old_logprobs`` (or ``old_log_probs``) are its targets; ``advantages``,
+        ``ref_log_probs``, ``returns``/``old_values`` (with a PPOModel's value head) are
+        passed on; the loss takes what it needs.
+        """
+        logits = outputs.logits
+        logprobs = logprobs_from_logits(logits[:, :-1], input_ids[:, 1:])
+        mask = _token_mask(attention_mask, kwargs.get("loss_mask"))
+        old = kwargs.get("old_logprobs", kwargs.get("old_log_probs"))
+        if isinstance(loss_fn, (PPOLoss, ImportanceSamplingLoss)) and (
+            old is None or kwargs.get("advantages") is None
+        ):
+            raise ValueError(f"loss_fn={type(loss_fn).__name__} needs old_logprobs and advantages")
+        values = getattr(outputs, "value", None)
+        values = values[:, :-1] if values is not None and kwargs.get("returns") is not None else None
+        passed = {
+            k: v
+            for k, v in kwargs.items()
+            if k in ("advantages", "ref_log_probs", "old_values") and v is not None
+        }
+        out = loss_fn(
+            logprobs,
+            old,
+            mask=mask,
+            values=values,
+            returns=kwargs.get("returns") if values is not None else None,
+            logits=logits[:, :-1] if getattr(loss_fn, "entropy_coef", 0.0) else None,
+            return_dict=True,
+            **passed,
+        )
         metrics = {k: v for k, v in out.items() if k != "loss" and isinstance(v, float)}
         return out["loss"], metrics
 
@@ -349,7 +363,10 @@ class ForwardBackwardPipeline:
         labels = self._to_device(labels)
         kwargs = {k: self._to_device(v) for k, v in kwargs.items()}
         with torch.enable_grad():
-            if callable(loss_fn):
+            if isinstance(loss_fn, CustomLoss):
+                outputs = self.model(input_ids=input_ids, attention_mask=attention_mask)
+                loss, metrics = self._object_loss(loss_fn, outputs, input_ids, attention_mask, kwargs)
+            elif callable(loss_fn):
                 inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
                 outputs = self.model(**inputs)
                 loss, metrics = loss_fn(self.model, inputs, outputs, **kwargs), {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from alignflow.losses import CustomLoss, PPOLoss
+from alignflow.losses import CustomLoss, KLDivergenceLoss, PPOLoss
 from alignflow.registry import tracking
 from alignflow.rl.environments import Observation, RLEnvironment
 from alignflow.rl.forward_backward import (
@@ -46,6 +47,9 @@ from alignflow.rl.functional import entropy_from_logits, logprobs_from_logits, m
 
 BatchRewardFn = Callable[..., Sequence[float]]
 VALUE_HEAD_FILE = "value_head.safetensors"
+DEFAULT_OUTPUT_DIR = "ppo_output"  # where save_every writes when output_dir is not set (cwd-relative)
+
+logger = logging.getLogger(__name__)
 
 
 def _alias(*names: str) -> AliasChoices:
@@ -82,7 +86,11 @@ class PPOConfig(BaseModel):
     top_k: int = Field(0, ge=0)
     num_iterations: int = Field(100, ge=1)
     save_every: int = Field(0, ge=0, description="checkpoint every N iterations (0: never)")
-    output_dir: str | None = None
+    eval_every: int = Field(
+        0, ge=0, description="mean reward on held-out prompts every N iterations (0: never)"
+    )
+    eval_fraction: float = Field(0.1, gt=0, lt=1, description="prompts held out when none are given")
+    output_dir: str | None = Field(None, description=f"checkpoints; None: ./{DEFAULT_OUTPUT_DIR}")
     seed: int = 0
     device: str | None = None
 
@@ -273,6 +281,13 @@ def _auto_device(requested: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def kl_penalty_terms(loss_fn: Any) -> list[KLDivergenceLoss]:
+    """The KL penalties inside a custom loss (itself, or components of a composite)."""
+    if not isinstance(loss_fn, nn.Module):
+        return []
+    return [m for m in loss_fn.modules() if isinstance(m, KLDivergenceLoss)]
+
+
 class PPOTrainer:
     """Train a causal LM with PPO on prompts + a reward function, or on an environment."""
 
@@ -345,10 +360,13 @@ class PPOTrainer:
         return logprobs, values, logits
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Sample one response per prompt: ``(sequences, prompt_attention_mask, prompt_len)``.
+    def generate(
+        self, prompts: Sequence[str], do_sample: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One response per prompt: ``(sequences, prompt_attention_mask, prompt_len)``.
 
-        Sampled in eval mode (no dropout), the mode the rollout's log-probs are computed in.
+        Sampled in eval mode (no dropout), the mode the rollout's log-probs are computed in;
+        ``do_sample=False`` decodes greedily (periodic evaluation).
         """
         self.model.eval()
         self.tokenizer.padding_side = "left"
@@ -357,10 +375,8 @@ class PPOTrainer:
         cfg = self.config
         sequences = self.model.generate(
             **enc,
-            do_sample=True,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k,
+            do_sample=do_sample,
+            **({"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k} if do_sample else {}),
             max_new_tokens=cfg.max_new_tokens,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
@@ -410,24 +426,30 @@ class PPOTrainer:
                 raise ValueError(f"reward_fn returned {s} for response {i} of prompt {prompts[i]!r}")
         return scores
 
+    def _respond(self, prompts, metadata, reward_fn, do_sample=True):
+        """Generate and score: ``(sequences, prompt_mask, prompt_len, response_mask, scores)``."""
+        sequences, prompt_mask, prompt_len = self.generate(prompts, do_sample)
+        responses = sequences[:, prompt_len:]
+        response_mask = self._response_mask(responses)
+        texts = self.tokenizer.batch_decode(responses * response_mask, skip_special_tokens=True)
+        scores = self._score_prompts(prompts, metadata, texts, reward_fn)
+        return sequences, prompt_mask, prompt_len, response_mask, torch.tensor(scores, device=self.device)
+
     def collect_from_prompts(self, prompts, reward_fn, prompt_metadata=None) -> Rollout:
         indices = self._next_indices(len(prompts))
         batch = [prompts[i] for i in indices]
         metadata = [dict(prompt_metadata[i]) if prompt_metadata else {} for i in indices]
-        sequences, prompt_mask, prompt_len = self.generate(batch)
-        responses = sequences[:, prompt_len:]
-        response_mask = self._response_mask(responses)
-        texts = self.tokenizer.batch_decode(responses * response_mask, skip_special_tokens=True)
-        scores = self._score_prompts(batch, metadata, texts, reward_fn)
-        return self._experience(
-            sequences, prompt_mask, prompt_len, response_mask, torch.tensor(scores, device=self.device), {}
-        )
+        return self._experience(*self._respond(batch, metadata, reward_fn), {})
 
-    def collect_from_env(self, env: RLEnvironment) -> Rollout:
+    def _env_episodes(self, env: RLEnvironment, do_sample: bool = True):
         observations: list[Observation] = [env.reset() for _ in range(self.config.batch_size)]
-        sequences, prompt_mask, prompt_len = self.generate([o.prompt for o in observations])
+        sequences, prompt_mask, prompt_len = self.generate([o.prompt for o in observations], do_sample)
         responses = sequences[:, prompt_len:]
         results = [env.evaluate(o, r) for o, r in zip(observations, responses.cpu(), strict=True)]
+        return sequences, prompt_mask, prompt_len, responses, results
+
+    def collect_from_env(self, env: RLEnvironment) -> Rollout:
+        sequences, prompt_mask, prompt_len, responses, results = self._env_episodes(env)
         consumed = torch.tensor([max(r.info.get("consumed", responses.size(1)), 1) for r in results])
         positions = torch.arange(responses.size(1))
         response_mask = (positions[None, :] < consumed[:, None]).long().to(self.device)
@@ -436,6 +458,40 @@ class PPOTrainer:
             metrics[f"env/{key}"] = sum(r.metrics.get(key, 0.0) for r in results) / len(results)
         scores = torch.tensor([r.reward for r in results], device=self.device)
         return self._experience(sequences, prompt_mask, prompt_len, response_mask, scores, metrics)
+
+    # ---- periodic evaluation ------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, source, reward_fn=None, prompt_metadata=None) -> dict[str, float]:
+        """Mean and spread of the reward of greedy responses: held-out prompts or env episodes."""
+        if isinstance(source, RLEnvironment):
+            rewards = [r.reward for r in self._env_episodes(source, do_sample=False)[-1]]
+        else:
+            prompts, rewards, reward_fn = list(source), [], reward_fn or self.reward_fn
+            metadata = [dict(m) for m in prompt_metadata] if prompt_metadata else [{} for _ in prompts]
+            size = self.config.batch_size
+            for start in range(0, len(prompts), size):
+                batch = slice(start, start + size)
+                scores = self._respond(prompts[batch], metadata[batch], reward_fn, do_sample=False)[-1]
+                rewards += scores.tolist()
+        values = torch.tensor(rewards, dtype=torch.float32)
+        return {
+            "eval/reward_mean": float(values.mean()),
+            "eval/reward_std": float(values.std()) if len(rewards) > 1 else 0.0,
+            "eval/n": float(len(rewards)),
+        }
+
+    def _hold_out(self, prompts, metadata):
+        """Split off ``eval_fraction`` of the prompts (seeded) for ``eval_every``: train, eval."""
+        if len(prompts) < 2:
+            raise ValueError("eval_every needs eval_prompts or at least two prompts to hold some out")
+        order = list(range(len(prompts)))
+        random.Random(self.config.seed).shuffle(order)
+        held = set(order[: max(1, round(len(prompts) * self.config.eval_fraction))])
+        pick = lambda rows, keep: [r for i, r in enumerate(rows) if (i in held) != keep]  # noqa: E731
+        train_meta = pick(metadata, True) if metadata else None
+        eval_meta = pick(metadata, False) if metadata else None
+        logger.info("eval_every: %d of %d prompts held out for evaluation", len(held), len(prompts))
+        return pick(prompts, True), train_meta, pick(prompts, False), eval_meta
 
     # ---- optimisation -------------------------------------------------------------------
     def _token_rewards(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -488,6 +544,8 @@ class PPOTrainer:
         size = rollout.input_ids.size(0)
         sums: dict[str, float] = {}
         count = micro = 0
+        kl_terms = kl_penalty_terms(loss_fn)
+        observed_kl: list[float] = []
         self.model.train()
         for _ in range(cfg.num_epochs):
             order = torch.randperm(size)
@@ -499,6 +557,7 @@ class PPOTrainer:
                 )
                 entropy = entropy_from_logits(logits)
                 loss, stats = self._loss(loss_fn, logprobs, values, entropy, batch)
+                observed_kl += [term.last_metrics["kl"] for term in kl_terms if "kl" in term.last_metrics]
                 (loss / cfg.gradient_accumulation_steps).backward()
                 micro += 1
                 if micro % cfg.gradient_accumulation_steps == 0:
@@ -522,6 +581,9 @@ class PPOTrainer:
             }
         )
         self.kl_ctl.update(seq_kl, cfg.batch_size)
+        if observed_kl:  # a KL term inside a custom loss moves its own coefficient toward target_kl
+            mean_kl = sum(observed_kl) / len(observed_kl)
+            metrics["objective/loss_kl_coef"] = [term.update(mean_kl) for term in kl_terms][-1]
         return metrics
 
     def _step(self) -> None:
@@ -541,6 +603,7 @@ class PPOTrainer:
         num_iterations: int | None = None,
         prompt_metadata: Sequence[Mapping[str, Any]] | None = None,
         resume_from: str | Path | None = None,
+        eval_prompts: Sequence[str] | None = None,
     ):
         """Run PPO until ``num_iterations`` (total, counting resumed ones) have been done.
 
@@ -549,10 +612,17 @@ class PPOTrainer:
         examples use them). ``reward_fn(prompts, responses, metadata)`` returns one float
         per response. A custom ``loss_fn`` is called like :class:`~alignflow.losses.PPOLoss`:
         ``loss_fn(log_probs, old_log_probs, mask=, advantages=, values=, old_values=,
-        returns=, entropy=, ref_log_probs=)``.
+        returns=, entropy=, ref_log_probs=)``; a :class:`~alignflow.losses.KLDivergenceLoss`
+        inside it is measured against the reference and adapts toward its ``target_kl``.
+
+        With ``config.eval_every``, greedy responses to ``eval_prompts`` (by default a held-out
+        ``eval_fraction`` of the prompts; for an environment, fresh episodes) are scored every
+        that many iterations, as ``eval/reward_mean`` in the history and the tracking run.
         """
-        total = num_iterations or self.config.num_iterations
+        cfg = self.config
+        total = num_iterations or cfg.num_iterations
         is_env = isinstance(source, RLEnvironment)
+        eval_source, eval_meta = source, None
         if not is_env:
             prompts = list(source)
             if not prompts:
@@ -560,9 +630,12 @@ class PPOTrainer:
             reward_fn = reward_fn or self.reward_fn
             if reward_fn is None:
                 raise ValueError("train(prompts) needs a reward_fn(prompts, responses, metadata)")
+            eval_source = list(eval_prompts or [])
+            if cfg.eval_every and not eval_source:
+                prompts, prompt_metadata, eval_source, eval_meta = self._hold_out(prompts, prompt_metadata)
         if resume_from is not None:
             self.load_checkpoint(self._resolve_checkpoint(resume_from))
-        tracking.log_params(self.config.model_dump(), prefix="ppo")
+        tracking.log_params(cfg.model_dump(), prefix="ppo")
         while self.iteration < total:
             if is_env:
                 rollout = self.collect_from_env(source)
@@ -571,27 +644,32 @@ class PPOTrainer:
             metrics = {**self.optimize(rollout, loss_fn), **rollout.metrics}
             self.iteration += 1
             metrics["iteration"] = self.iteration
+            if cfg.eval_every and self.iteration % cfg.eval_every == 0:
+                metrics.update(self.evaluate(eval_source, reward_fn, eval_meta))
             self.history.append(metrics)
             tracking.log_metrics(metrics, step=self.iteration)
-            if (
-                self.config.save_every
-                and self.config.output_dir
-                and self.iteration % self.config.save_every == 0
-            ):
-                self.save_checkpoint(Path(self.config.output_dir) / f"checkpoint-{self.iteration}")
+            if cfg.save_every and self.iteration % cfg.save_every == 0:
+                self.save_checkpoint(self.checkpoint_root() / f"checkpoint-{self.iteration}")
         return self.model if is_env else self.history
+
+    def checkpoint_root(self) -> Path:
+        """``config.output_dir``, or ``./ppo_output`` (named in the log once) when it is not set."""
+        if self.config.output_dir:
+            return Path(self.config.output_dir)
+        root = Path(DEFAULT_OUTPUT_DIR).resolve()
+        if not getattr(self, "_named_default_dir", False):
+            logger.warning("PPOConfig.output_dir is not set: checkpoints go to %s", root)
+            self._named_default_dir = True
+        return root
 
     # ---- checkpoints --------------------------------------------------------------------
     def _resolve_checkpoint(self, path: str | Path) -> Path:
         if str(path) != "latest":
             return Path(path)
-        if not self.config.output_dir:
-            raise ValueError("resume_from='latest' needs config.output_dir")
-        found = sorted(
-            Path(self.config.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
-        )
+        root = self.checkpoint_root()
+        found = sorted(root.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         if not found:
-            raise FileNotFoundError(f"{self.config.output_dir}: no checkpoint-* folders to resume from")
+            raise FileNotFoundError(f"{root}: no checkpoint-* folders to resume from")
         return found[-1]
 
     def save_checkpoint(self, path: str | Path) -> Path:
