@@ -31,6 +31,7 @@ _GROUPS: dict[str, str | None] = {
     "registry": None,
     "data": "data",
     "train": "train",
+    "eval": "eval",
 }
 
 

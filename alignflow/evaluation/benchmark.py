@@ -28,7 +28,13 @@ from alignflow.data.config import DataConfig
 from alignflow.data.demo import task_accuracy
 from alignflow.data.issues import Issue
 from alignflow.data.readers import read_rows
-from alignflow.data.validation import Entry, describe_inputs, load_tokenizer, validate_rows
+from alignflow.data.validation import (
+    Entry,
+    describe_inputs,
+    load_tokenizer,
+    validate_paths,
+    validate_rows,
+)
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import Estimate, is_bound_key, put_estimate, wilson, wilson_of
@@ -99,10 +105,11 @@ def read_benchmark(
     config = config or DataConfig()
     path = Path(path)
     fmt = fmt or config.format
-    rows = read_rows(path, fmt, hint_splits=path.is_dir())
-    if max_rows is not None:
-        rows = itertools.islice(rows, max_rows)
-    validated = validate_rows(rows, config, describe_inputs([path], fmt), load_tokenizer(config))
+    if max_rows is None:
+        validated = validate_paths(path, config, fmt)
+    else:
+        rows = itertools.islice(read_rows(path, fmt, hint_splits=path.is_dir()), max_rows)
+        validated = validate_rows(rows, config, describe_inputs([path], fmt), load_tokenizer(config))
     return Benchmark(
         name or benchmark_name(path),
         str(path),
@@ -291,11 +298,20 @@ def _estimate(metrics: dict[str, float | None], key: str, estimate: Mapping[str,
     put_estimate(metrics, key, Estimate(**estimate))
 
 
+# report field -> metric name, named as the evaluation stage names them (eval/reward_margin ...)
+_FLAT_NAMES = {
+    "ece": "reward_ece",
+    "margin_mean": "reward_margin",
+    "reward_mean": "reward_mean",
+    "reward_std": "reward_std",
+}
+
+
 def reward_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
     """The report's figures as flat metric names (what MLflow records)."""
     metrics: dict[str, float | None] = {}
     _estimate(metrics, "reward_accuracy", report["accuracy"])
-    metrics |= {f"reward_{k}": report[k] for k in ("ece", "margin_mean", "reward_mean", "reward_std")}
+    metrics |= {name: report[k] for k, name in _FLAT_NAMES.items()}
     bias = report["length_bias"]
     _estimate(metrics, "length_bias/accuracy_chosen_longer", bias["chosen_longer"])
     _estimate(metrics, "length_bias/accuracy_chosen_shorter", bias["chosen_shorter"])
@@ -575,7 +591,17 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     path = download_model_dir(tracking_uri, name, str(version.version), target)
     if path is None:
         raise FileNotFoundError(f"{ref}: version {version.version} could not be loaded")
-    return ModelRef(ref, str(path), name, str(version.version), getattr(version, "model_id", None))
+    return ModelRef(ref, str(path), name, str(version.version), logged_model_id(version))
+
+
+def logged_model_id(version: Any) -> str | None:
+    """The logged model (MLflow 3) behind a registered version: its ``model_id`` where the
+    registry stores it, else the ``models:/m-<id>`` source it was registered from (the
+    SQL store keeps only the source)."""
+    if getattr(version, "model_id", None):
+        return version.model_id
+    match = re.fullmatch(r"models:/(m-[0-9a-f]+)", version.source or "")
+    return match.group(1) if match else None
 
 
 # --- tracking -------------------------------------------------------------------------------

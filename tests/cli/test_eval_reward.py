@@ -1,0 +1,199 @@
+"""``alignflow eval reward`` on real files: the shared HH-RLHF test split, a file with bad
+rows, and a registered model whose evaluation lands on its version in MLflow."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from alignflow.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tiny_model_dir, tmp_path_factory):
+    """A scalar-head classifier on the tiny backbone: the shape of a trained reward model."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("reward-model")
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
+
+def _invoke(*args: str):
+    return runner.invoke(app, ["eval", "reward", *args], catch_exceptions=False)
+
+
+def test_reward_model_on_the_hh_rlhf_test_split(hh_rlhf_path, reward_model_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "out"
+    result = _invoke(
+        "--model",
+        str(reward_model_dir),
+        "--data",
+        str(hh_rlhf_path),
+        "--max-rows",
+        "60",
+        "--output",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").read_text().startswith("# Reward evaluation on `hh-rlhf-harmless-base-test`")
+    assert report["benchmark"]["name"] == "hh-rlhf-harmless-base-test"
+    assert len(report["benchmark"]["sha256"]) == 64 and report["benchmark"]["max_rows"] == 60
+    rows = report["rows"]
+    assert rows["read"] == 60 and rows["valid"] + rows["quarantined"] == 60
+    assert rows["scored"] == report["pairs"] == report["accuracy"]["n"] > 50
+    accuracy = report["accuracy"]
+    assert 0.0 <= accuracy["low"] <= accuracy["value"] <= accuracy["high"] <= 1.0
+    assert accuracy["high"] - accuracy["low"] < 0.35  # ~55 pairs: a Wilson interval about ±0.13
+    assert 0.0 <= report["ece"] <= 1.0 and report["reward_std"] > 0.0
+    bias = report["length_bias"]
+    assert bias["chosen_longer"]["n"] + bias["chosen_shorter"]["n"] + bias["equal_length"] == rows["scored"]
+    assert bias["chosen_longer"]["n"] > 0 and bias["chosen_shorter"]["n"] > 0
+    assert bias["gap"] == pytest.approx(abs(bias["chosen_longer"]["value"] - bias["chosen_shorter"]["value"]))
+    assert -1.0 <= bias["spearman_reward_length"] <= 1.0 and bias["responses"] == 2 * rows["scored"]
+    assert report["model"]["path"] == str(reward_model_dir) and report["tracking"] is None
+    assert report["metrics"]["reward_accuracy/n"] == float(rows["scored"])
+    assert "reward_accuracy" in result.output and "length_bias/gap" in result.output
+
+
+def _bad_rows_file(path):
+    good = [
+        {
+            "prompt": f"What is {i} plus 1?",
+            "chosen": f"The answer is {i + 1}.",
+            "rejected": f"No {i}",
+            "topic": t,
+        }
+        for i, t in zip(range(6), ["math", "math", "math", "chat", "chat", "chat"], strict=True)
+    ]
+    for row in good[3:]:  # chosen shorter than rejected: both sides of the length split
+        row["rejected"] = f"I would rather not answer {row['prompt']!r} at all."
+    bad = [
+        {"prompt": "Missing a side?", "chosen": "Only this one."},
+        {"prompt": "A boolean?", "chosen": True, "rejected": "no"},
+        {"prompt": "Empty chosen?", "chosen": "  ", "rejected": "no"},
+    ]
+    lines = [json.dumps(r) for r in good[:3] + bad + good[3:]] + ['{"prompt": "broken']
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_bad_rows_are_quarantined_counted_and_reported(reward_model_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    data, out = _bad_rows_file(tmp_path / "mixed.jsonl"), tmp_path / "out"
+    result = _invoke(
+        "--model",
+        str(reward_model_dir),
+        "--data",
+        str(data),
+        "--output",
+        str(out),
+        "--subset-column",
+        "topic",
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    rows = report["rows"]
+    assert (rows["read"], rows["scored"], rows["quarantined"]) == (10, 6, 4)
+    assert rows["quarantined_by_reason"] == {
+        "empty_field": 1,
+        "invalid_json": 1,
+        "missing_field": 1,
+        "non_string_field": 1,
+    }
+    where = {(q["row"], q["code"], q["field"]) for q in rows["quarantined_rows"]}
+    assert where == {
+        (4, "missing_field", "rejected"),
+        (5, "non_string_field", "chosen"),
+        (6, "empty_field", "chosen"),
+        (10, "invalid_json", None),
+    }
+    assert all(q["file"] == str(data) for q in rows["quarantined_rows"])
+    assert report["exit_code"] == 0 and report["accuracy"]["n"] == 6
+    assert {k: g["pairs"] for k, g in report["subsets"]["groups"].items()} == {"chat": 3, "math": 3}
+    assert "quarantined non_string_field: 1" in result.output
+    assert f"{data}:5 [chosen]" in result.output
+    assert "`non_string_field`" in (out / "report.md").read_text()
+
+
+def test_a_file_of_only_bad_rows_exits_1_with_the_reasons(reward_model_dir, tmp_path):
+    data, out = tmp_path / "all-bad.jsonl", tmp_path / "out"
+    data.write_text('{"prompt": "q", "chosen": true, "rejected": "no"}\n{"prompt": "q", "chosen": "a"}\n')
+    result = _invoke("--model", str(reward_model_dir), "--data", str(data), "--output", str(out))
+    assert result.exit_code == 1
+    assert "no valid pair rows" in result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["exit_code"] == 1 and report["rows"]["quarantined"] == 2 and report["rows"]["scored"] == 0
+
+
+def test_usage_errors_exit_2(reward_model_dir, tmp_path):
+    assert _invoke("--model", str(reward_model_dir), "--data", str(tmp_path / "nope.jsonl")).exit_code == 2
+    data = _bad_rows_file(tmp_path / "mixed.jsonl")
+    assert _invoke("--model", str(tmp_path / "no-model"), "--data", str(data)).exit_code == 2
+    assert (
+        _invoke("--model", str(reward_model_dir), "--data", str(data), "--set", "data.nope=1").exit_code == 2
+    )
+
+
+def test_column_mapping_reaches_the_reader(reward_model_dir, tmp_path):
+    data, out = tmp_path / "mapped.jsonl", tmp_path / "out"
+    rows = [{"question": f"q{i}?", "good": f"good answer {i}", "bad": f"bad {i}"} for i in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mapping = ["--set", "data.column_mapping.question=prompt", "--set", "data.column_mapping.good=chosen"]
+    mapping += ["--set", "data.column_mapping.bad=rejected"]
+    result = _invoke("--model", str(reward_model_dir), "--data", str(data), "--output", str(out), *mapping)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "report.json").read_text())["rows"]["scored"] == 4
+
+
+@pytest.mark.slow
+def test_evaluation_run_lands_on_the_registered_version(reward_model_dir, tmp_path, monkeypatch):
+    from alignflow.registry import models
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment_id=MlflowClient(uri).create_experiment("demo", str(tmp_path / "art")))
+    with mlflow.start_run():
+        logged = models.log_model(reward_model_dir, uri, "demo-reward")
+    data, out = _bad_rows_file(tmp_path / "mixed.jsonl"), tmp_path / "out"
+    result = _invoke(
+        "--model", "models:/demo-reward@challenger", "--data", str(data), "--output", str(out),
+        "--tracking-uri", uri, "--name", "mixed-bench",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    client = MlflowClient(uri)
+    version = client.get_model_version("demo-reward", logged.version)
+    model_id = version.model_id or version.source.removeprefix("models:/")  # the SQL store keeps the source
+    assert model_id.startswith("m-") and report["model"]["model_id"] == model_id
+    run_id = report["tracking"]["run_id"]
+    assert version.tags["eval.mixed-bench.run_id"] == run_id
+
+    # the logged model lists the benchmark's figures, from this run, on this dataset
+    logged_model = client.get_logged_model(model_id)
+    on_bench = {m.key: m for m in logged_model.metrics if m.run_id == run_id}
+    accuracy = on_bench["mixed-bench/reward_accuracy"]
+    assert accuracy.value == pytest.approx(report["accuracy"]["value"])
+    assert accuracy.dataset_name == "mixed-bench" and accuracy.dataset_digest
+    assert on_bench["mixed-bench/rows/quarantined"].value == 4.0
+    assert "mixed-bench/length_bias/gap" in on_bench
+
+    # the run names the model as its input and the benchmark as its dataset
+    run = client.get_run(run_id)
+    assert [i.model_id for i in run.inputs.model_inputs] == [model_id]
+    assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["mixed-bench"]
+    assert run.data.tags["alignflow.eval.model"] == f"demo-reward/{logged.version}"
+    assert run.info.experiment_id == logged_model.experiment_id
+    artifacts = {a.path for a in client.list_artifacts(run_id, "eval/mixed-bench")}
+    assert artifacts == {"eval/mixed-bench/report.json", "eval/mixed-bench/report.md"}
