@@ -141,6 +141,8 @@ def _finish(report: dict[str, Any], bench, model, output: Path | None, uri: str,
     """Write the report files, log them to MLflow when asked, print where everything went."""
     from alignflow.evaluation.benchmark import log_benchmark_run, write_benchmark_report
 
+    for note in report.get("notes") or []:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
     out_dir = output or Path(".alignflow") / "eval" / f"{report['kind']}-{bench.name}"
     report["tracking"] = None
     paths = write_benchmark_report(report, out_dir)

@@ -287,9 +287,13 @@ def evaluate_reward_benchmark(
         **pair_figures(scored),
         "length_bias": bias.as_dict(),
         "subsets": None,
+        "notes": [],
     }
     if subset_column:
-        report["subsets"] = {"column": subset_column, "groups": subset_table(pairs, scored, subset_column)}
+        groups = subset_table(pairs, scored, subset_column)
+        report["subsets"] = {"column": subset_column, "groups": groups}
+        if set(groups) == {MISSING_SUBSET}:
+            report["notes"].append(f"no scored row has a value in column {subset_column!r}")
     report["metrics"] = reward_metrics(report)
     return report
 
@@ -385,71 +389,86 @@ class PolicyRun:
     config: EvaluationConfig = field(default_factory=EvaluationConfig)
 
 
+def _against_figures(
+    run: PolicyRun, prompts: list[Any], answers: list[Any], ours: list[str], notes: list[str]
+) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
+    """Policy vs --against: the pinned-set comparison (every figure with its interval),
+    named for this command, and KL where the two models share a vocabulary."""
+    from alignflow.evaluation.challenger import golden_key, judge_policy_completions
+    from alignflow.evaluation.kl import sampled_kl
+
+    config = run.config
+    theirs = _generate(run.against, prompts, config)
+    judged = judge_policy_completions(
+        prompts, answers, ours, theirs, None, run.judges, None, answer_score, config.seed, config.num_samples
+    )
+
+    def renamed(key: str) -> str:
+        return key.removeprefix(golden_key("")).replace("reference", "against")
+
+    metrics = {renamed(k): v for k, v in judged.metrics.items()}
+    samples = [{renamed(k): v for k, v in row.items()} for row in judged.samples]
+    metrics["against_length_mean"] = mean(completion_lengths(theirs))
+    if not config.kl_samples:
+        notes.append("KL skipped: evaluation.kl_samples is 0")
+    elif not same_vocabulary(run.policy[1], run.against[1]):
+        notes.append("KL skipped: the policy and --against use different vocabularies")
+    else:
+        kl_prompts = [prompts[i % len(prompts)] for i in range(config.kl_samples)]
+        model, tokenizer = run.policy
+        metrics["kl_to_against"] = sampled_kl(
+            model,
+            run.against[0],
+            tokenizer,
+            kl_prompts,
+            config.max_new_tokens,
+            config.batch_size,
+            config.seed,
+        )
+    return metrics, samples
+
+
+def _alone_figures(
+    prompts: list[Any], answers: list[Any], ours: list[str], limit: int
+) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
+    """A policy with no opponent: task accuracy (with its interval) on the answered prompts."""
+    metrics: dict[str, float | None] = {"answers": float(sum(a is not None for a in answers))}
+    outcomes = [None if a is None else answer_score(c, a) for c, a in zip(ours, answers, strict=True)]
+    put_estimate(metrics, "task_accuracy", wilson_of(outcomes))
+    samples = [
+        {"prompt": as_text(p), "policy": c} | ({"answer": a} if a is not None else {})
+        for p, c, a in zip(prompts, ours, answers, strict=True)
+    ]
+    return metrics, samples[:limit]
+
+
 def evaluate_policy_benchmark(run: PolicyRun, benchmark: Benchmark) -> dict[str, Any]:
     """The ``eval policy`` report: the policy answers every distinct prompt (and the opponent
     too, with ``against``); win rates per judge and task accuracy with 95% intervals,
     length and, when both share a vocabulary, KL(policy || against)."""
-    from alignflow.evaluation.challenger import golden_key, judge_policy_completions
-    from alignflow.evaluation.kl import sampled_kl
-
     config = run.config
     prompts, answers = prompt_rows(benchmark, config.max_prompts)
     if not prompts:
         raise ValueError(f"{benchmark.path}: no valid rows with a prompt to answer")
     ours = _generate(run.policy, prompts, config)
-    metrics: dict[str, float | None] = {}
-    samples: list[dict[str, Any]]
-    theirs = _generate(run.against, prompts, config) if run.against is not None else None
-    if theirs is not None:
-        judged = judge_policy_completions(
-            prompts,
-            answers,
-            ours,
-            theirs,
-            None,
-            run.judges,
-            None,
-            answer_score,
-            config.seed,
-            config.num_samples,
-        )
-        # the pinned-set figures, named for this command: the opponent is --against
-        prefix = golden_key("")
-        metrics |= {
-            k.removeprefix(prefix).replace("reference", "against"): v for k, v in judged.metrics.items()
-        }
-        samples = judged.samples
-        if config.kl_samples and same_vocabulary(run.policy[1], run.against[1]):
-            kl_prompts = [prompts[i % len(prompts)] for i in range(config.kl_samples)]
-            metrics["kl_to_against"] = sampled_kl(
-                run.policy[0],
-                run.against[0],
-                run.policy[1],
-                kl_prompts,
-                config.max_new_tokens,
-                config.batch_size,
-                config.seed,
-            )
-        metrics["against_length_mean"] = mean(completion_lengths(theirs))
+    notes: list[str] = []
+    if run.against is not None:
+        metrics, samples = _against_figures(run, prompts, answers, ours, notes)
     else:
-        outcomes = [None if a is None else answer_score(c, a) for c, a in zip(ours, answers, strict=True)]
-        put_estimate(metrics, "task_accuracy", wilson_of(outcomes))
-        metrics["answers"] = float(sum(a is not None for a in answers))
-        samples = [
-            {"prompt": as_text(p), "policy": c} | ({"answer": a} if a is not None else {})
-            for p, c, a in zip(prompts, ours, answers, strict=True)
-        ][: config.num_samples]
+        metrics, samples = _alone_figures(prompts, answers, ours, config.num_samples)
+        notes.append("no --against model: no win rates, no KL")
     metrics["length_mean"] = mean(completion_lengths(ours))
     if run.scorer is not None:
         metrics["reward_mean"] = mean(getattr(run.scorer, "raw", run.scorer)(prompts, ours))
-    metrics |= _row_metrics(benchmark.rows(len(prompts)))
+    rows = benchmark.rows(len(prompts))
     return {
         "kind": "policy",
         "benchmark": benchmark_info(benchmark),
-        "rows": benchmark.rows(len(prompts)),
+        "rows": rows,
         "judges": sorted(run.judges),
         "length_unit": LENGTH_UNIT,
-        "metrics": metrics,
+        "metrics": metrics | _row_metrics(rows),
+        "notes": notes,
         "samples": samples,
     }
 
@@ -485,6 +504,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- **model**: {_cell(report['model'].get('ref'))}"]
     if report.get("against"):
         lines += [f"- **against**: {_cell(report['against'].get('ref'))}"]
+    lines += [f"- **note**: {_cell(note)}" for note in report.get("notes") or []]
     lines += ["", "## Rows", ""]
     lines += [f"- {k}: {rows[k]}" for k in ("read", "valid", "scored", "valid_not_scored", "quarantined")]
     if rows["quarantined_by_reason"]:

@@ -72,7 +72,9 @@ def test_policy_against_another_with_two_judges(
     assert "against_task_accuracy" in m and "task_accuracy_gain/low" in m and "length_growth_ratio" in m
     assert m["kl_to_against"] is not None and m["length_mean"] >= 0.0 and "reward_mean" in m
     assert report["against"]["path"] == str(other_policy_dir) and report["tracking"] is None
-    assert report["samples"] and {"prompt", "policy", "reference"} <= set(report["samples"][0])
+    assert report["samples"] and {"prompt", "policy", "against", "verdict/reward_vs_against"} <= set(
+        report["samples"][0]
+    )
     assert "reward/win_rate_vs_against" in result.output
     assert "## Metrics" in (out / "report.md").read_text()
 
@@ -112,3 +114,34 @@ def test_reward_judge_without_a_reward_model_is_a_usage_error(tiny_model_dir, pr
         "reward",
     ]
     assert runner.invoke(app, args).exit_code == 2
+
+
+@pytest.mark.slow
+def test_registered_policy_evaluation_is_logged_on_its_version(
+    tiny_model_dir, other_policy_dir, prompts_file, tmp_path, monkeypatch
+):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from alignflow.registry import models
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # tracking configured through the environment
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment_id=MlflowClient(uri).create_experiment("demo", str(tmp_path / "art")))
+    with mlflow.start_run():
+        logged = models.log_model(tiny_model_dir, uri, "demo-policy")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["eval", "policy", "--model", "models:/demo-policy@challenger", "--data", str(prompts_file),
+         "--against", str(other_policy_dir), "--output", str(out), *QUICK],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["model"]["version"] == logged.version and report["tracking"]["run_id"]
+    logged_model = MlflowClient(uri).get_logged_model(report["model"]["model_id"])
+    on_bench = {m.key: m.value for m in logged_model.metrics if m.run_id == report["tracking"]["run_id"]}
+    assert on_bench["prompts/answer/win_rate_vs_against"] == report["metrics"]["answer/win_rate_vs_against"]
+    assert on_bench["prompts/task_accuracy/n"] == 11.0

@@ -124,3 +124,10 @@ def test_evaluate_reward_model_normalises_raw_rows_and_names_a_bad_one():
         evaluate_reward_model(length_scorer, bad)
     with pytest.raises(ValueError, match=r"records\[0\] field 'rejected': missing_field"):
         evaluate_reward_model(length_scorer, [{"prompt": "q", "chosen": "a"}])
+
+
+def test_a_subset_column_no_row_has_is_noted(tmp_path):
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "b.jsonl", pairs_with_lengths(2, 1)))
+    report = benchmark.evaluate_reward_benchmark(length_scorer, bench, subset_column="nope")
+    assert list(report["subsets"]["groups"]) == [benchmark.MISSING_SUBSET]
+    assert report["notes"] == ["no scored row has a value in column 'nope'"]
