@@ -137,13 +137,17 @@ def _subsets_table(subsets: dict[str, Any]) -> Table:
     return table
 
 
+def _default_output(kind: str, benchmark: str) -> Path:
+    return Path(".alignflow") / "eval" / f"{kind}-{benchmark}"
+
+
 def _finish(report: dict[str, Any], bench, model, output: Path | None, uri: str, track: bool) -> None:
     """Write the report files, log them to MLflow when asked, print where everything went."""
     from alignflow.evaluation.benchmark import log_benchmark_run, write_benchmark_report
 
     for note in report.get("notes") or []:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
-    out_dir = output or Path(".alignflow") / "eval" / f"{report['kind']}-{bench.name}"
+    out_dir = output or _default_output(report["kind"], bench.name)
     report["tracking"] = None
     paths = write_benchmark_report(report, out_dir)
     if track and model.registered:
@@ -172,7 +176,7 @@ def _nothing_to_evaluate(report_stub: dict[str, Any], bench, output: Path | None
         "error": message,
         "exit_code": EXIT_NOTHING_TO_EVALUATE,
     }
-    out_dir = output or Path(".alignflow") / "eval" / f"{report['kind']}-{bench.name}"
+    out_dir = output or _default_output(report["kind"], bench.name)
     paths = write_benchmark_report(report, out_dir)
     _print_rows(report["rows"])
     console.print(f"report: {paths['json']}", highlight=False, soft_wrap=True)
