@@ -13,25 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from alignflow.data.config import DataConfig
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.models.model_config import ModelSpec
 from alignflow.registry.promotion_config import PromotionConfig
 from alignflow.runtime_config import OrchestrationConfig, TrackingConfig
-from alignflow.training.dpo_config import DPOConfig
-from alignflow.training.grpo_config import GRPOConfig
 from alignflow.training.policy_config import PolicyConfig
-from alignflow.training.ppo_config import PPOStageConfig
-from alignflow.training.reward_config import RewardConfig
-from alignflow.training.sft_config import SFTConfig
+from alignflow.training.registry import REWARD_STAGE_REF, config_sections
 
 
 class PipelineConfig(BaseModel):
-    """Every section of a pipeline run; unknown keys are an error, not a silent no-op."""
+    """Every section of a pipeline run; unknown keys are an error, not a silent no-op.
 
-    model_config = ConfigDict(extra="forbid")
+    Besides the fixed sections below, there is one section per registered training stage
+    (``sft``, ``reward``, ``dpo``, ``grpo``, ``ppo`` and any plugin's), typed by the
+    stage's own config class (:mod:`alignflow.training.registry`): ``config.dpo.beta``.
+    """
+
+    model_config = ConfigDict(extra="allow")
 
     project: str = Field("alignflow", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     seed: int = 0
@@ -39,15 +40,47 @@ class PipelineConfig(BaseModel):
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelSpec = Field(default_factory=ModelSpec)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    sft: SFTConfig = Field(default_factory=SFTConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    dpo: DPOConfig = Field(default_factory=DPOConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     promotion: PromotionConfig = Field(default_factory=PromotionConfig)
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    ppo: PPOStageConfig = Field(default_factory=PPOStageConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_sections(cls, data: Any) -> Any:
+        """Validate each registered stage's section with its class; refuse any other key."""
+        if not isinstance(data, dict):
+            return data
+        sections = config_sections()
+        unknown = sorted(set(data) - set(cls.model_fields) - set(sections))
+        if unknown:
+            known = sorted([*cls.model_fields, *sections])
+            raise ValueError(f"unknown config section(s) {unknown}; known sections: {known}")
+        return {**data, **{name: _section(name, kind, data.get(name)) for name, kind in sections.items()}}
+
+    def section(self, name: str) -> BaseModel:
+        """A stage's config section by name (``config.section(config.policy.algorithm)``)."""
+        return getattr(self, name)
+
+
+def _section(name: str, kind: type[BaseModel], value: Any) -> BaseModel:
+    """One stage section, its validation errors located under the section's name."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind.model_validate(value or {})
+    except ValidationError as exc:
+        raise ValidationError.from_exception_data(
+            "PipelineConfig",
+            [
+                {"type": e["type"], "loc": (name, *e["loc"]), "input": e["input"], **_ctx(e)}
+                for e in exc.errors()
+            ],
+        ) from exc
+
+
+def _ctx(error: Any) -> dict[str, Any]:
+    return {"ctx": error["ctx"]} if "ctx" in error else {}
 
 
 class ConfigError(ValueError):
@@ -102,8 +135,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:
     """Replace every ``@reward`` reward-model path (PPO, GRPO reward functions) with ``reward_dir``."""
-    from alignflow.training.ppo_config import REWARD_STAGE_REF
-
     text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
     return json.loads(text)
 

@@ -24,6 +24,7 @@ from alignflow.config import PipelineConfig, config_hash, load_config, with_rewa
 from alignflow.data.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
+from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
@@ -35,20 +36,23 @@ from tasks.stage_inputs import EvaluateInputs, StageInputs
 GOLDEN_VERSION_TAG = "golden.version"
 GOLDEN_SOURCE_TAG = "golden.source"
 STOP_REASON_TAG = "pipeline.reason"
-STAGE_SECTIONS = {
-    "sft": ("seed", "model", "sft"),
-    "reward": ("seed", "model", "reward"),
-    "policy": ("seed", "model", "policy", "dpo", "grpo", "ppo"),
-    "evaluate": ("evaluation",),
-    "register": ("project",),
-    "promote": ("promotion",),
-}
+# the flow's own steps; the training stages' sections come from the stage registry
+FLOW_STEP_SECTIONS = {"evaluate": ("evaluation",), "register": ("project",), "promote": ("promotion",)}
+
+
+def stage_sections(config: PipelineConfig, stage: str) -> tuple[str, ...]:
+    """The config sections one step reads: ``policy`` adds its algorithm's (and only its) sections."""
+    if stage in FLOW_STEP_SECTIONS:
+        return FLOW_STEP_SECTIONS[stage]
+    if stage == "policy":
+        return ("policy", *stage_spec(config.policy.algorithm).cache_sections)
+    return stage_spec(stage).cache_sections
 
 
 def section_hash(config: PipelineConfig, stage: str) -> str:
     """Hash of the config sections one stage reads (a change elsewhere does not retrain it)."""
     data = config.model_dump(mode="json")
-    picked = {name: data.get(name) for name in STAGE_SECTIONS[stage]}
+    picked = {name: data.get(name) for name in stage_sections(config, stage)}
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
 
 

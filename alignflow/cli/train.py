@@ -1,7 +1,11 @@
-"""``alignflow train {sft,reward,dpo,grpo}``: run one training stage on a data snapshot.
+"""``alignflow train STAGE``: run one registered training stage (sft, reward, dpo, grpo, ppo, ...).
 
+``--data`` takes a snapshot folder or a data file; a file is validated and snapshotted on the
+fly (the same readers, checks and split as ``alignflow data add``, without versioning).
 stdout carries the result (JSON); progress goes to stderr: a live view on a terminal,
 plain lines elsewhere, nothing with ``--quiet``. Library output goes to the log file.
+
+Exit codes: 0 trained, 1 the stage or the data failed, 2 usage error (config, unknown stage).
 """
 
 from __future__ import annotations
@@ -9,18 +13,68 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-app = typer.Typer(help="Run one training stage (library code; no orchestrator needed).", no_args_is_help=True)
+from alignflow.training.registry import stage_spec, stages
+
+
+class StageGroup(TyperGroup):
+    """``alignflow train``'s commands: one per registered stage, looked up when asked for, so
+    a stage registered after this module was imported (a plugin, a test) is there too."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(stages())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in stages():
+            return None
+        single = typer.Typer()
+        single.command(cmd_name)(_command(cmd_name))
+        return typer.main.get_command(single)
+
+
+app = typer.Typer(
+    cls=StageGroup,
+    help="Run one training stage (library code; no orchestrator needed).",
+    no_args_is_help=True,
+)
 err = Console(stderr=True)
+EXIT_FAILED, EXIT_USAGE = 1, 2
+SNAPSHOT_DIR = "data"  # where a --data file's snapshot goes, inside the stage's output folder
 
-_STAGES = {
-    "sft": "alignflow.training.sft:run_sft",
-    "reward": "alignflow.training.reward:run_reward",
-    "dpo": "alignflow.training.dpo:run_dpo",
-    "grpo": "alignflow.training.grpo:run_grpo",
-}
+
+def snapshot_file(path: Path, data_config, into: Path) -> Path:
+    """Validate a data file and write its train/eval/quarantine snapshot into ``into``.
+
+    A file that fails validation trains nothing: the summary names the reasons and the
+    report beside the snapshot lists every quarantined row.
+    """
+    from alignflow.data.pipeline import write_snapshot
+    from alignflow.data.readers import FormatError
+    from alignflow.data.report import write_report
+    from alignflow.data.validation import summarize, validate_paths
+
+    try:
+        validated = validate_paths([path], data_config)
+    except FormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    if not validated.passed:
+        report = write_report(
+            {**validated.report, "quarantined_rows": [i.to_dict() for i in validated.issues]},
+            into.with_name("failed-report.json"),
+        )
+        typer.echo(
+            f"error: {path} failed validation; nothing trained\n{summarize(validated, report).summary}",
+            err=True,
+        )
+        typer.echo(f"every quarantined row: {report}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    write_snapshot(validated, data_config, into, Path.cwd())
+    return into
 
 
 def _run(
@@ -32,8 +86,6 @@ def _run(
     model,
     quiet: bool = False,
 ):
-    import importlib
-
     from alignflow.logs import quiet_environment
 
     quiet_environment()  # before transformers and friends are imported
@@ -45,11 +97,12 @@ def _run(
         cfg = load_config(config, overrides)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    data_dir = data or Path(cfg.data.data_dir)
+        raise typer.Exit(EXIT_USAGE) from exc
     output_dir = output or Path(cfg.output_dir) / stage
-    module_name, _, function = _STAGES[stage].partition(":")
-    run = getattr(importlib.import_module(module_name), function)
+    data_dir = data or Path(cfg.data.data_dir)
+    if data_dir.is_file():
+        data_dir = snapshot_file(data_dir, cfg.data, output_dir / SNAPSHOT_DIR)
+    run = stage_spec(stage).load_runner()
     try:
         with (
             watched(f"alignflow train {stage}", [stage], quiet, f"train-{stage}", err) as log_file,
@@ -58,10 +111,16 @@ def _run(
             result = run(cfg, data_dir, output_dir, model_path=model)
     except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(EXIT_FAILED) from exc
     typer.echo(
         json.dumps(
-            {"stage": stage, "model_dir": result.model_dir, "metrics": result.metrics, "log": str(log_file)},
+            {
+                "stage": stage,
+                "model_dir": result.model_dir,
+                "data_dir": str(data_dir),
+                "metrics": result.metrics,
+                "log": str(log_file),
+            },
             indent=2,
         )
     )
@@ -71,7 +130,9 @@ def _command(stage: str):
     def command(
         config: Path | None = typer.Option(None, "--config", "-c", help="pipeline YAML (configs/demo.yaml)"),
         overrides: list[str] = typer.Option([], "--set", help="key=value override, repeatable"),
-        data: Path | None = typer.Option(None, "--data", help="snapshot dir (default: data.data_dir)"),
+        data: Path | None = typer.Option(
+            None, "--data", help="a snapshot dir, or a data file to validate and snapshot first"
+        ),
         output: Path | None = typer.Option(
             None, "--output", help="stage output dir (default: output_dir/<stage>)"
         ),
@@ -87,7 +148,3 @@ def _command(stage: str):
         "Shows progress on stderr (live on a terminal) and prints the result as JSON."
     )
     return command
-
-
-for _name in _STAGES:
-    app.command(_name)(_command(_name))

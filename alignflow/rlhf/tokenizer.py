@@ -17,7 +17,7 @@ from alignflow.rlhf.feedback import feedback_records
 def feedback_texts(feedbacks: Iterable[Any]) -> list[str]:
     """Every prompt and response text of the feedback (message lists: their contents)."""
     from alignflow.data.feedback import canonical_from_export
-    from alignflow.training.stage import corpus_texts
+    from alignflow.data.pairing import corpus_texts
 
     return corpus_texts(canonical_from_export(r) for r in feedback_records(feedbacks))
 

@@ -89,8 +89,8 @@ def held_out_prompts(data_dir: Path) -> list[Any]:
 
 def _reward_rows(data_dir: Path, mode: str) -> int:
     """How many training rows the reward stage sees in ``mode`` (ratings, pairs, or both)."""
+    from alignflow.data.pairing import load_pairs
     from alignflow.data.snapshot import load_split
-    from alignflow.training.stage import load_pairs
 
     ratings = len(load_split(data_dir, "train", kind="scored"))
     pairs = len(load_pairs(data_dir, "train"))

@@ -16,6 +16,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from alignflow.training.registry import registered_policy
+
 MAX_TEXT = 32_000
 MAX_SHORT = 200
 
@@ -105,7 +107,9 @@ class TrainPolicyIn(ApiModel):
     lora_alpha: int | None = Field(None, ge=1, le=4096)
     lora_dropout: float | None = Field(None, ge=0.0, lt=1.0, allow_inf_nan=False)
     batch_size: int | None = Field(None, ge=1, le=4096)
-    algorithm: Literal["dpo", "ppo", "grpo"] | None = None
+    algorithm: Annotated[str, AfterValidator(registered_policy)] | None = Field(
+        None, description="a registered policy algorithm (dpo, ppo, grpo, ...)"
+    )
 
     @model_validator(mode="after")
     def _lora_settings_need_lora(self) -> TrainPolicyIn:

@@ -17,24 +17,20 @@ from transformers import AutoTokenizer
 from trl import DPOConfig as TRLDPOConfig
 from trl import DPOTrainer, KTOConfig, KTOTrainer
 
+from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
-    StageTrainerMixin,
-    TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
-    load_optional_pairs,
-    load_pairs,
-    require_rows,
     resolve_start_model,
-    save_final_model,
-    train_with_resume,
     trainer_arguments,
 )
+from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowDPOTrainer(StageTrainerMixin, DPOTrainer):

@@ -19,11 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from alignflow.training.ppo_config import REWARD_STAGE_REF
+from alignflow.training.registry import policy_algorithms, stage_spec
 
-Algorithm = Literal["dpo", "ppo", "grpo"]
 RewardMode = Literal["pairwise", "regression", "mixed"]
-ALGORITHMS: tuple[str, ...] = ("dpo", "ppo", "grpo")
 
 
 class PlanError(ValueError):
@@ -62,7 +60,7 @@ class FeedbackPlan:
     """A reward-model mode, a policy algorithm and whether SFT runs first."""
 
     reward_mode: RewardMode
-    algorithm: Algorithm
+    algorithm: str  # a registered policy algorithm
     run_sft: bool
 
     def overrides(self) -> list[str]:
@@ -72,11 +70,7 @@ class FeedbackPlan:
             f"policy.algorithm={self.algorithm}",
             f"policy.run_sft={str(self.run_sft).lower()}",
         ]
-        if self.algorithm == "ppo":
-            items += [f"ppo.reward_model='{REWARD_STAGE_REF}'", "ppo.verifiable_rewards=[]"]
-        if self.algorithm == "grpo":
-            items.append(f"grpo.reward_functions=[{{kind: reward_model, path: '{REWARD_STAGE_REF}'}}]")
-        return items
+        return items + list(stage_spec(self.algorithm).reward_overrides)
 
     def describe(self) -> str:
         sft = "SFT, then " if self.run_sft else ""
@@ -90,19 +84,21 @@ def reward_mode_for(counts: FeedbackCounts) -> RewardMode:
 
 
 def plan_for(counts: FeedbackCounts, algorithm: str | None = None) -> FeedbackPlan:
-    """The plan for this feedback; ``algorithm`` (one of :data:`ALGORITHMS`) overrides the choice."""
+    """The plan for this feedback; ``algorithm`` (a registered policy algorithm) overrides the choice."""
     if counts.scored + counts.pairwise == 0:
         raise PlanError("there is no feedback to train on")
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise PlanError(f"algorithm {algorithm!r} is not one of {list(ALGORITHMS)}")
+    if algorithm is not None and algorithm not in policy_algorithms():
+        raise PlanError(f"algorithm {algorithm!r} is not one of {list(policy_algorithms())}")
     mode = reward_mode_for(counts)
     chosen = algorithm or ("dpo" if mode == "pairwise" else "ppo")
-    if chosen == "dpo" and counts.pairs == 0:
+    pair_learner = stage_spec(chosen).needs_pairs
+    if pair_learner and counts.pairs == 0:
+        rated = [a for a in policy_algorithms() if not stage_spec(a).needs_pairs]
         raise PlanError(
-            f"algorithm 'dpo' needs preference pairs, and this feedback has none: {counts.scored} "
+            f"algorithm {chosen!r} needs preference pairs, and this feedback has none: {counts.scored} "
             "ratings, no two of them of one prompt with different scores, and no comparisons; "
-            "use 'ppo' or 'grpo' (they learn from a reward model trained on the ratings)"
+            f"use one of {rated} (they learn from a reward model trained on the ratings)"
         )
-    # DPO starts from a model fine-tuned on the chosen answers of comparisons; PPO and GRPO
-    # start from the base model, as spec 002's pipeline does, and need no answer to imitate
-    return FeedbackPlan(reward_mode=mode, algorithm=chosen, run_sft=chosen == "dpo" and counts.pairwise > 0)
+    # a pair learner starts from a model fine-tuned on the chosen answers of comparisons; the
+    # reward-model learners start from the base model, as spec 002's pipeline does
+    return FeedbackPlan(reward_mode=mode, algorithm=chosen, run_sft=pair_learner and counts.pairwise > 0)

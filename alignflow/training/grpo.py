@@ -22,23 +22,21 @@ from trl import GRPOConfig as TRLGRPOConfig
 from trl import GRPOTrainer
 
 from alignflow.data import demo
+from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
+from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
-    StageTrainerMixin,
-    TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
-    require_rows,
     resolve_start_model,
-    save_final_model,
-    train_with_resume,
     trainer_arguments,
 )
+from alignflow.training.tracking import TrackingCallback
 
 RewardFn = Callable[..., list[float]]
 

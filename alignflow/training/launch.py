@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from alignflow.training.registry import stage_spec
+
 if TYPE_CHECKING:  # the stage modules import torch: load them only when a stage runs
     from alignflow.training.stage import StageResult
 
@@ -38,23 +40,11 @@ LAUNCH_DIR = ".launch"
 RANKS_DIR = ".ranks"
 LOG_TAIL = 4000
 RUN_ID_ENV = "MLFLOW_RUN_ID"
-RUNNERS = {
-    "sft": ("alignflow.training.sft", "run_sft"),
-    "reward": ("alignflow.training.reward", "run_reward"),
-    "dpo": ("alignflow.training.dpo", "run_dpo"),
-    "grpo": ("alignflow.training.grpo", "run_grpo"),
-    "ppo": ("alignflow.training.ppo", "run_ppo"),
-}
-# stages built on a transformers Trainer, which picks up accelerate's process group by itself
-DISTRIBUTED_STAGES = frozenset({"sft", "reward", "dpo", "grpo"})
 
 
 def stage_runner(stage_name: str) -> Callable[..., StageResult]:
-    """The ``run_<stage>`` function of a stage name (``policy`` stages pass their algorithm)."""
-    if stage_name not in RUNNERS:
-        raise ValueError(f"unknown training stage {stage_name!r}; expected one of {sorted(RUNNERS)}")
-    module, name = RUNNERS[stage_name]
-    return getattr(importlib.import_module(module), name)
+    """The runner of a registered stage (``policy`` stages pass their algorithm)."""
+    return stage_spec(stage_name).load_runner()
 
 
 def launch_stage(
@@ -66,7 +56,7 @@ def launch_stage(
 ) -> StageResult:
     """Run ``stage_name`` with ``config.orchestration.num_processes`` processes; returns its result."""
     processes = config.orchestration.num_processes
-    if processes > 1 and stage_name not in DISTRIBUTED_STAGES:
+    if processes > 1 and not stage_spec(stage_name).distributed:
         logger.warning("stage %s has no multi-process trainer: running it in one process", stage_name)
         processes = 1
     if processes == 1:
@@ -92,7 +82,7 @@ def launch_processes(
 
     (output_dir / RESULT).unlink(missing_ok=True)  # never read back a previous run's result
 
-    worker = worker_arguments(stage_name, config_path, data_dir, output_dir, start)
+    worker = worker_arguments(stage_name, config, config_path, data_dir, output_dir, start)
     command = accelerate_command(
         config.orchestration.num_processes, config.orchestration.accelerate_config, worker
     )
@@ -127,12 +117,19 @@ def shared_start_model(
 
 
 def worker_arguments(
-    stage_name: str, config_path: Path, data_dir: str | Path, output_dir: Path, model_path: str | None
+    stage_name: str,
+    config: Any,
+    config_path: Path,
+    data_dir: str | Path,
+    output_dir: Path,
+    model_path: str | None,
 ) -> list[str]:
+    """The worker's command line; the config travels as JSON plus the class that reads it back."""
     arguments = [
         "-m", WORKER_MODULE,
         "--stage", stage_name,
         "--config", str(config_path),
+        "--config-class", f"{type(config).__module__}:{type(config).__qualname__}",
         "--data-dir", str(Path(data_dir).resolve()),
         "--output-dir", str(output_dir),
     ]  # fmt: skip
@@ -192,7 +189,7 @@ def rank_output_dir(output_dir: Path, rank: int) -> Path:
     Its ``checkpoints`` holds links to the complete shared checkpoints, so every rank
     resumes at the same step; what the rank saves itself (its RNG state) stays private.
     """
-    from alignflow.training.stage import CHECKPOINTS, is_complete_checkpoint
+    from alignflow.training.checkpoints import CHECKPOINTS, is_complete_checkpoint
 
     private = output_dir / RANKS_DIR / str(rank)
     checkpoints = private / CHECKPOINTS
@@ -224,16 +221,17 @@ def run_worker(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one process of a training stage under accelerate launch")
-    parser.add_argument("--stage", required=True, choices=sorted(RUNNERS))
+    parser.add_argument("--stage", required=True, help="a registered training stage")
     parser.add_argument("--config", required=True, help="the pipeline config as JSON")
+    parser.add_argument("--config-class", required=True, help="module:Class of the pipeline config")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--model-path", default=None)
     args = parser.parse_args(argv)
 
-    from alignflow.config import PipelineConfig
-
-    config = PipelineConfig.model_validate_json(Path(args.config).read_text(encoding="utf-8"))
+    module, _, name = args.config_class.partition(":")
+    config_class = getattr(importlib.import_module(module), name)
+    config = config_class.model_validate_json(Path(args.config).read_text(encoding="utf-8"))
     run_worker(args.stage, config, args.data_dir, Path(args.output_dir), args.model_path)
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pydantic import BaseModel, ConfigDict, Field
+from alignflow.training.registry import registered_policy
 
 
 class PolicyConfig(BaseModel):
-    """``dpo`` covers the DPO family (loss types, IPO, ORPO, KTO: see the ``dpo`` section)."""
+    """``algorithm`` names a registered policy stage; ``dpo`` covers the DPO family (loss types,
+    IPO, ORPO, KTO: see the ``dpo`` section)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    algorithm: Literal["dpo", "grpo", "ppo"] = "dpo"
+    algorithm: str = "dpo"
     run_sft: bool = Field(True, description="fine-tune on the preferred responses before policy optimisation")
+
+    _registered = field_validator("algorithm")(registered_policy)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,28 +36,30 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
-from transformers.trainer_utils import rotate_checkpoints
 
 from alignflow import progress
 from alignflow.data import demo
+from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import peft_config, select_dtype
 from alignflow.models.prompting import format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.registry import tracking
 from alignflow.rl.ppo import PPOConfig, PPOTrainer
-from alignflow.training.grpo import _decode_prompt, prompt_rows
-from alignflow.training.ppo_config import REWARD_STAGE_REF, PPOStageConfig
-from alignflow.training.stage import (
+from alignflow.training.checkpoints import (
     CHECKPOINTS,
     MODEL,
     STAGING,
+    last_complete_checkpoint,
+    move_into_place,
+)
+from alignflow.training.grpo import _decode_prompt, prompt_rows
+from alignflow.training.ppo_config import PPOStageConfig
+from alignflow.training.registry import REWARD_STAGE_REF
+from alignflow.training.stage import (
     StageResult,
-    _fsync_dir,
     begin_stage,
     finish_stage,
-    last_complete_checkpoint,
-    require_rows,
     resolve_start_model,
 )
 
@@ -271,13 +272,7 @@ def save_checkpoint_atomically(trainer: PPOTrainer, checkpoints_dir: Path, keep:
     staging = checkpoints_dir / STAGING
     shutil.rmtree(staging, ignore_errors=True)
     trainer.save_checkpoint(staging)
-    final = checkpoints_dir / f"checkpoint-{trainer.iteration}"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
-    _fsync_dir(checkpoints_dir)
-    rotate_checkpoints(output_dir=str(checkpoints_dir), save_total_limit=keep)
-    return final
+    return move_into_place(staging, checkpoints_dir / f"checkpoint-{trainer.iteration}", keep)
 
 
 def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:

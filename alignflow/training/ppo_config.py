@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
+from alignflow.training.registry import REWARD_STAGE_REF
 from alignflow.training.stage_config import StageConfig
 
-REWARD_STAGE_REF = "@reward"  # the retraining flow swaps this for the reward stage's model dir
 VerifiableReward = Literal["correctness", "format"]
 REWARD_SOURCES = ("reward_model", "correctness", "format")
 

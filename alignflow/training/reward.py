@@ -25,25 +25,21 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 from trl import RewardConfig as TRLRewardConfig
 from trl import RewardTrainer
 
+from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
 from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward
+from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
-    StageTrainerMixin,
-    TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
-    load_optional_pairs,
-    load_pairs,
-    require_rows,
     resolve_start_model,
-    save_final_model,
-    train_with_resume,
     trainer_arguments,
 )
+from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):

@@ -14,22 +14,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
+from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
-    StageTrainerMixin,
-    TrackingCallback,
     begin_stage,
     filter_known_args,
     finish_stage,
-    require_rows,
     resolve_start_model,
-    save_final_model,
-    train_with_resume,
     trainer_arguments,
 )
+from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowSFTTrainer(StageTrainerMixin, SFTTrainer):

@@ -106,9 +106,9 @@ def test_the_tiny_tokenizer_is_the_one_the_pipeline_builds(feedback_list, tokeni
     from transformers import AutoTokenizer
 
     from alignflow.data.feedback import canonical_from_export
+    from alignflow.data.pairing import corpus_texts
     from alignflow.models import ModelSpec, prepare_base_model
     from alignflow.rlhf.feedback import feedback_records
-    from alignflow.training.stage import corpus_texts
 
     records = [canonical_from_export(r) for r in feedback_records(feedback_list)]
     built = AutoTokenizer.from_pretrained(prepare_base_model(ModelSpec(), corpus_texts(records), tmp_path))

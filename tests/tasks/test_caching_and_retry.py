@@ -1,7 +1,7 @@
 from types import SimpleNamespace
 
 from alignflow.config import load_config, with_reward_model
-from alignflow.training.ppo_config import REWARD_STAGE_REF
+from alignflow.training.registry import REWARD_STAGE_REF
 from flows.retrain import section_hash
 from tasks.caching import code_version, stage_cache_key
 from tasks.retry import is_transient
@@ -39,6 +39,10 @@ def test_only_the_sections_a_stage_reads_change_its_hash():
     gates_changed = load_config(None, ["promotion.min_win_rate_vs_champion=0.7"])
     assert section_hash(base, "policy") == section_hash(gates_changed, "policy")
     assert section_hash(base, "promote") != section_hash(gates_changed, "promote")
+    other_algorithm_changed = load_config(None, ["grpo.beta=0.3"])  # the demo trains with DPO
+    assert section_hash(base, "policy") == section_hash(other_algorithm_changed, "policy")
+    grpo, tuned = (load_config(None, ["policy.algorithm=grpo", *extra]) for extra in ([], ["grpo.beta=0.3"]))
+    assert section_hash(grpo, "policy") != section_hash(tuned, "policy")
 
 
 def test_reward_stage_reference_is_replaced_everywhere():

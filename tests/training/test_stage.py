@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from alignflow.config import ConfigError, load_config
-from alignflow.training.stage import last_complete_checkpoint, metric_names, pairs_from_scored
+from alignflow.data.pairing import pairs_from_scored
+from alignflow.training.checkpoints import last_complete_checkpoint
+from alignflow.training.tracking import metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 

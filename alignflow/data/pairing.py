@@ -1,0 +1,77 @@
+"""Preference pairs of a snapshot split: the ``pair`` rows plus pairs formed from ratings.
+
+Two ratings of one prompt with different scores make a pair (the higher score is chosen);
+this is what every pairwise consumer (reward model, DPO, evaluation) trains or measures on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from alignflow.data.snapshot import load_split
+from alignflow.data.split import prompt_key
+
+
+def pairs_from_scored(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Preference pairs formed per prompt from scored rows: the higher score is chosen.
+
+    Equal scores carry no preference and form no pair; ``margin`` is the score gap.
+    """
+    by_prompt: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_prompt.setdefault(prompt_key(record["prompt"]), []).append(record)
+    pairs = []
+    for rows in by_prompt.values():
+        for i, a in enumerate(rows):
+            for b in rows[i + 1 :]:
+                if a["score"] == b["score"]:
+                    continue
+                hi, lo = (a, b) if a["score"] > b["score"] else (b, a)
+                pairs.append(
+                    {
+                        "id": f"{hi.get('id')}>{lo.get('id')}",
+                        "prompt": hi["prompt"],
+                        "chosen": hi["completion"],
+                        "rejected": lo["completion"],
+                        "margin": float(hi["score"] - lo["score"]),
+                        "metadata": hi.get("metadata") or {},
+                    }
+                )
+    return pairs
+
+
+def load_pairs(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
+    """A split's preference pairs: ``pair`` rows plus pairs derived from ``scored`` rows."""
+    return load_split(data_dir, split, kind="pair") + pairs_from_scored(
+        load_split(data_dir, split, kind="scored")
+    )
+
+
+def load_optional_pairs(data_dir: str | Path, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Like :func:`load_pairs` but an absent split is empty (eval is optional)."""
+    try:
+        pairs = load_pairs(data_dir, split)
+    except FileNotFoundError:
+        return []
+    return pairs[:limit] if limit else pairs
+
+
+def require_rows(rows: list, data_dir: str | Path, split: str, what: str) -> list:
+    if not rows:
+        raise ValueError(f"{data_dir}/{split}.parquet: no {what} rows for this stage")
+    return rows
+
+
+def corpus_texts(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every text field of the records: what the tiny preset trains its tokenizer on."""
+    texts = []
+    for record in records:
+        for key in ("prompt", "chosen", "rejected", "completion"):
+            value = record.get(key)
+            if isinstance(value, str):
+                texts.append(value)
+            elif isinstance(value, list):
+                texts.extend(m.get("content", "") for m in value)
+    return texts

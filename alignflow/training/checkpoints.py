@@ -1,0 +1,125 @@
+"""Crash-safe checkpoints of a stage's trainer: staged then renamed, resumed from the last complete one.
+
+Layout of a stage's ``output_dir``: ``checkpoints/checkpoint-N`` (each renamed into place
+only once fully written) and ``model/`` (the final model, safetensors).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+CHECKPOINTS = "checkpoints"
+MODEL = "model"
+STAGING = ".staging"
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+class StageTrainerMixin:
+    """What every stage's trainer adds to its TRL/transformers base class.
+
+    Checkpoints are written into a staging folder, then renamed into place: a crash (even
+    SIGKILL) mid-save leaves only a staging folder behind, never a half-written
+    ``checkpoint-N``, so every ``checkpoint-N`` that exists is complete. And a run without
+    progress bars stays quiet: transformers would print every log dict instead, while the
+    metrics already reach the tracker. Put it first in a trainer's bases:
+    ``class T(StageTrainerMixin, DPOTrainer)``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.args.disable_tqdm:
+            from transformers.trainer_callback import PrinterCallback
+
+            self.remove_callback(PrinterCallback)
+
+    def _save_checkpoint(self, model, trial):  # noqa: D401 - transformers' hook
+        run_dir = Path(self._get_output_dir(trial=trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        self._get_output_dir = lambda trial=None: str(staging)  # shadows the method for this save only
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            del self._get_output_dir
+        keep = self.args.save_total_limit if self.args.should_save else None
+        move_into_place(staging / name, run_dir / name, keep)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def move_into_place(written: Path, final: Path, keep: int | None) -> Path:
+    """Rename a fully written checkpoint folder to ``final`` (durably), then keep the newest ``keep``."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(written, final)
+    _fsync_dir(final.parent)
+    if keep is not None:
+        rotate_checkpoints(output_dir=str(final.parent), save_total_limit=keep)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_complete_checkpoint(path: Path) -> bool:
+    """A checkpoint is usable when its trainer state and weights are there."""
+    has_weights = any(path.glob("*.safetensors"))
+    return path.is_dir() and (path / "trainer_state.json").exists() and has_weights
+
+
+def last_complete_checkpoint(checkpoints_dir: str | Path) -> Path | None:
+    """The highest-step complete ``checkpoint-N``; staging leftovers of a crash are removed."""
+    root = Path(checkpoints_dir)
+    if not root.is_dir():
+        return None
+    shutil.rmtree(root / STAGING, ignore_errors=True)
+    found = []
+    for child in root.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if match and is_complete_checkpoint(child):
+            found.append((int(match.group(1)), child))
+    return max(found)[1] if found else None
+
+
+def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True) -> tuple[Any, str | None]:
+    """Train, continuing from the last complete checkpoint when there is one."""
+    checkpoint = last_complete_checkpoint(Path(output_dir) / CHECKPOINTS) if resume else None
+    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    return output, str(checkpoint) if checkpoint else None
+
+
+def save_final_model(trainer: Any, output_dir: str | Path, merge_lora: bool = True) -> Path:
+    """Save the trained model + tokenizer under ``output_dir/model`` (staged, then renamed).
+
+    LoRA adapters are merged into the base weights unless the base is quantized, so the
+    next stage and the registry see a plain model; a quantized base keeps its adapter.
+    """
+    target = Path(output_dir) / MODEL
+    staging = Path(output_dir) / ".model.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "peft_config") and merge_lora and not getattr(model, "is_loaded_in_4bit", False):
+        model = model.merge_and_unload()
+    model.save_pretrained(staging, safe_serialization=True)
+    processing = getattr(trainer, "processing_class", None)
+    if processing is not None:
+        processing.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.replace(target)
+    return target
