@@ -122,7 +122,8 @@ def validate(
 
     config = _config(config_path, overrides)
     try:
-        validated = validate_paths(list(path), config, fmt)
+        # streamed: no record is kept, so a file larger than memory validates too
+        validated = validate_paths(list(path), config, fmt, keep_records=False)
     except FormatError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None

@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from alignflow.data.issues import Reason
 from alignflow.data.normalize import RowError
 
@@ -106,32 +108,232 @@ def near_key_text(text: str) -> str:
     return " ".join(_NOT_WORD.sub(" ", _MINUS.sub(" minus ", text.casefold())).split())
 
 
-class DuplicateIndex:
-    """Remembers content already seen; the first occurrence is kept, later ones are flagged."""
+# --- the same checks over whole columns (pyarrow kernels), for the bulk path -------------
+# Python's str.strip() whitespace, spelled out for RE2 so "empty after strip" is exact
+_SPACE_CLASS = "".join(f"\\x{{{ord(c):x}}}" for c in map(chr, range(0x10000)) if c.isspace())
+_BLANK_RE = f"^[{_SPACE_CLASS}]*$"
+_CONTROL_RE = r"[\x{0}-\x{8}\x{b}\x{c}\x{e}-\x{1f}\x{7f}-\x{9f}]"
+KEY_SEPARATOR = "\x1f"  # a control character, so never inside a text that passed the checks
+
+
+_MINUS_WORD = np.frombuffer(b" minus ", np.uint8)
+_GROW = len(_MINUS_WORD) - 1
+
+
+def _utf8(values) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of a pyarrow string array and each row's start (row i: rel[i]..rel[i+1])."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(values.type):
+        values = values.cast(pa.string())
+    _, offsets, data = values.buffers()
+    offsets = np.frombuffer(offsets, np.int32)[values.offset : values.offset + len(values) + 1]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return data[offsets[0] : offsets[-1]], (offsets - offsets[0]).astype(np.int64)
+
+
+def _per_row(flags: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """How many bytes of each row have ``flags`` set."""
+    total = np.zeros(len(flags) + 1, np.int32)
+    np.cumsum(flags.view(np.uint8), dtype=np.int32, out=total[1:])
+    return total[rel[1:]] - total[rel[:-1]]
+
+
+def _rows_of(positions: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    return np.searchsorted(rel, positions, side="right") - 1
+
+
+def _non_ascii_rows(values) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    ascii_ = pc.fill_null(pc.string_is_ascii(values), True)
+    return np.flatnonzero(~np.asarray(ascii_.to_numpy(zero_copy_only=False), bool))
+
+
+def text_problems(values) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a pyarrow string column :func:`check_text` refuses: (empty or null, control chars).
+
+    ASCII rows by byte comparisons; rows with other characters by RE2 classes spelled out
+    from Python's own definitions, so the verdict is exactly check_text's.
+    """
+    import pyarrow.compute as pc
+
+    data, rel = _utf8(values)
+    # Python's ASCII whitespace: \t-\r, \x1c-\x1f and space
+    space = (data == 32) | ((data >= 9) & (data <= 13)) | ((data >= 28) & (data <= 31))
+    blank = _per_row(~space, rel) == 0
+    control = np.zeros(len(blank), bool)
+    is_control = ((data < 32) & (data != 9) & (data != 10) & (data != 13)) | (data == 127)
+    control[_rows_of(np.flatnonzero(is_control), rel)] = True
+    other = _non_ascii_rows(values)
+    if len(other):
+        subset = values.take(other)
+        blank[other] = np.asarray(pc.match_substring_regex(subset, _BLANK_RE).to_numpy(False), bool)
+        control[other] = np.asarray(pc.match_substring_regex(subset, _CONTROL_RE).to_numpy(False), bool)
+    if values.null_count:
+        blank |= np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    return blank, control & ~blank
+
+
+def text_error(text: str, field: str) -> RowError:
+    """The error :func:`check_text` raises for a text the bulk check flagged."""
+    try:
+        check_text(text, field)
+    except RowError as error:
+        return error
+    raise AssertionError(f"{field!r} was flagged in bulk but passes check_text")
+
+
+def near_key_column(values):
+    """:func:`near_key_text` of a pyarrow string column (no nulls), as a pyarrow string array.
+
+    ASCII rows in numpy (lower case, the minus rule, non-alphanumerics to one space, trim);
+    rows with other characters through the Python function itself.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data, rel = _utf8(values)
+    n = len(rel) - 1
+    upper = (data >= 65) & (data <= 90)
+    low = data | (upper.view(np.uint8) << 5)
+    alnum = ((low >= 97) & (low <= 122)) | ((data >= 48) & (data <= 57))
+    out = np.where(alnum, low, np.uint8(32))
+    dashes = np.flatnonzero(data == 45)
+    if len(dashes):  # "-5" after a non-word character (or at the start) reads " minus 5"
+        row = _rows_of(dashes, rel)
+        after = data[np.minimum(dashes + 1, len(data) - 1)]
+        before = np.maximum(dashes - 1, 0)
+        word_before = (alnum[before] | (data[before] == 95)) & (dashes != rel[row])
+        digit_after = (after >= 48) & (after <= 57) & (dashes + 1 != rel[row + 1])
+        minus = dashes[digit_after & ~word_before]
+        if len(minus):
+            counts = np.ones(len(out), np.int64)
+            counts[minus] = len(_MINUS_WORD)
+            out = np.repeat(out, counts)
+            at = minus + _GROW * np.arange(len(minus))
+            out[at[:, None] + np.arange(len(_MINUS_WORD))] = _MINUS_WORD
+            rel = rel + _GROW * np.searchsorted(minus, rel)
+    size = len(out)
+    space = out == 32
+    first, last = np.zeros(size, bool), np.zeros(size, bool)
+    nonempty = rel[1:] > rel[:-1]
+    first[rel[:-1][nonempty]] = True
+    last[rel[1:][nonempty] - 1] = True
+    space_before, space_after = np.zeros(size, bool), np.zeros(size, bool)
+    space_before[1:] = space[:-1]
+    space_after[:-1] = space[1:]
+    run_start = np.flatnonzero(space & ~(space_before & ~first))
+    run_end = np.flatnonzero(space & ~(space_after & ~last))
+    keep = ~space
+    keep[run_start[~first[run_start] & ~last[run_end]]] = True  # one space between words
+    offsets = np.zeros(n + 1, np.int32)
+    offsets[1:] = np.cumsum(_per_row(keep, rel), dtype=np.int32)
+    folded = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[keep].tobytes()))
+    other = _non_ascii_rows(values)
+    if len(other):
+        mask = np.zeros(n, bool)
+        mask[other] = True
+        python = pa.array([near_key_text(text) for text in values.take(other).to_pylist()], pa.string())
+        folded = pc.replace_with_mask(folded, pa.array(mask), python)
+    return folded
+
+
+def hashable(key: str) -> str:
+    """A key that encodes as UTF-8: lone surrogates (only possible off the checked fields) as hex."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return "\x00" + key.encode("utf-8", "surrogatepass").hex()
+    return key
+
+
+def record_keys(record: dict[str, Any]) -> tuple[str, str]:
+    """Exact and near duplicate keys of one record, as single strings.
+
+    The old tuple ``(kind, texts, score, label)`` joined with a separator no checked text
+    holds; ``score + 0.0`` so -0.0 and 0.0 stay one key, as they compare equal.
+    """
+    kind = record["kind"]
+    content = [as_text(record.get(f)) for f in TEXT_FIELDS[kind]]
+    score = record.get("score")
+    tag = f"{kind}|{score + 0.0 if isinstance(score, float) else score!r}|{record.get('label')!r}"
+    exact = KEY_SEPARATOR.join([*content, tag])
+    near = KEY_SEPARATOR.join([*(near_key_text(c) for c in content), tag])
+    return hashable(exact), hashable(near)
+
+
+def pair_tag() -> str:
+    """The tag :func:`record_keys` gives a text pair (no score, no label)."""
+    return "pair|None|None"
+
+
+def hash_keys(keys: np.ndarray) -> np.ndarray:
+    """64-bit hashes of key strings, in bulk (pandas' siphash)."""
+    import pandas as pd
+
+    if len(keys) == 0:
+        return np.zeros(0, np.uint64)
+    return pd.util.hash_array(np.asarray(keys, dtype=object), categorize=False)
+
+
+class SeenKeys:
+    """Near-duplicate keys seen so far, kept as hashes only, so memory grows by 24 bytes a row.
+
+    Each entry: the near key's hash, the exact key's hash and where the first copy was.
+    Sorted runs merged as they grow (log-structured), so a lookup is a few binary searches.
+    The first occurrence is kept; a later row with the same near key is an exact duplicate
+    when its exact key matches that first row's, else a near one. (Two rows with one exact
+    key share their near key, so this is the old two-dictionary rule.)
+    """
 
     def __init__(self) -> None:
-        self.exact: dict[tuple, str] = {}
-        self.near: dict[tuple, str] = {}
+        self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def check(self, record: dict[str, Any], where: str) -> None:
-        content = tuple(as_text(record.get(f)) for f in TEXT_FIELDS[record["kind"]])
-        exact = (record["kind"], content, record.get("score"), record.get("label"))
-        near = (
-            record["kind"],
-            tuple(near_key_text(c) for c in content),
-            record.get("score"),
-            record.get("label"),
-        )
-        if exact in self.exact:
-            raise RowError(Reason.DUPLICATE_EXACT, f"same content as {self.exact[exact]}", "prompt")
-        if near in self.near:
-            raise RowError(
-                Reason.DUPLICATE_NEAR,
-                f"same text up to case/spacing/punctuation as {self.near[near]}",
-                "prompt",
-            )
-        self.exact[exact] = where
-        self.near[near] = where
+    def __len__(self) -> int:
+        return sum(len(run[0]) for run in self.runs)
+
+    def lookup(self, near: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        found = np.zeros(len(near), bool)
+        exact = np.zeros(len(near), np.uint64)
+        where = np.zeros(len(near), np.int64)
+        for keys, exacts, wheres in self.runs:
+            at = np.minimum(np.searchsorted(keys, near), len(keys) - 1)
+            hit = keys[at] == near
+            found |= hit
+            exact[hit], where[hit] = exacts[at[hit]], wheres[at[hit]]
+        return found, exact, where
+
+    def add(self, near: np.ndarray, exact: np.ndarray, where: np.ndarray) -> None:
+        if len(near) == 0:
+            return
+        order = np.argsort(near, kind="stable")
+        self.runs.append((near[order], exact[order], where[order]))
+        while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
+            last, before = self.runs.pop(), self.runs.pop()
+            merged = [np.concatenate((a, b)) for a, b in zip(before, last, strict=True)]
+            order = np.argsort(merged[0], kind="stable")
+            self.runs.append(tuple(part[order] for part in merged))
+
+    def check(self, near: np.ndarray, exact: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, in order: 0 first copy (remembered now), 1 exact or 2 near duplicate.
+
+        Also returns where each duplicate's first copy was.
+        """
+        found, first_exact, first_where = self.lookup(near)
+        verdict = np.zeros(len(near), np.int8)
+        new = np.flatnonzero(~found)
+        if len(new):
+            _, first, inverse = np.unique(near[new], return_index=True, return_inverse=True)
+            owner = new[first[inverse]]  # the earliest row of this batch with the same near key
+            repeat = owner != new
+            found[new[repeat]] = True
+            first_exact[new[repeat]] = exact[owner[repeat]]
+            first_where[new[repeat]] = where[owner[repeat]]
+            keep = new[~repeat]
+            self.add(near[keep], exact[keep], where[keep])
+        verdict[found] = np.where(first_exact[found] == exact[found], 1, 2)
+        return verdict, first_where
 
 
 def label_imbalance(labels: list[bool], max_fraction: float, min_rows: int = 20) -> str | None:

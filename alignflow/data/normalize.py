@@ -48,6 +48,7 @@ _RESERVED = {
     "preferred",
     "messages",
 }
+RESERVED_COLUMNS = frozenset(_RESERVED)
 _PREFERRED_A = {1, "1", "a", "A", "model_a", "output_1", "response_a"}
 _PREFERRED_B = {2, "2", "b", "B", "model_b", "output_2", "response_b"}
 _TRUE = {True, "1", "true", "True", "yes"}

@@ -14,11 +14,14 @@ import csv
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from alignflow.data.issues import Issue, Reason
 
@@ -132,12 +135,13 @@ def read_rows(path: str | Path, fmt: str | None = None, hint_splits: bool = Fals
         yield from _read_file(file, file_fmt, split)
 
 
-def _read_file(file: Path, fmt: str, split: str | None) -> Iterator[RawRow]:
+def _read_file(file: Path, fmt: str, split: str | None, bulk: bool = False) -> Iterator[RawRow]:
     name = str(file)
     count = 0
+    reader = _read_jsonl_blocks if bulk and fmt == "jsonl" else _READERS[fmt]
     try:
-        for row in _READERS[fmt](file, split):
-            count += 1
+        for row in reader(file, split):
+            count += len(row) if isinstance(row, TableBlock) else 1
             yield row
     except (EOFError, zlib.error) as exc:
         yield RawRow(
@@ -283,6 +287,179 @@ def _read_datasets(file: Path, split: str | None) -> Iterator[RawRow]:
         label = f"{name}[{split_name}]" if split_name else name
         for number, row in enumerate(dataset, start=1):
             yield RawRow(label, number, row, user_split)
+
+
+BLOCK_BYTES = 16 << 20  # JSONL bytes parsed per block in bulk reading: bounds memory
+_SLOW_RUN = 32  # a run of lines this short that pyarrow refuses goes line by line
+_ROW_IN_ERROR = re.compile(r"in row (\d+)")
+_OPEN, _CLOSE, _CR, _NL = ord("{"), ord("}"), ord("\r"), ord("\n")
+
+
+@dataclass
+class TableBlock:
+    """Consecutive JSONL rows parsed column-wise by pyarrow in one call.
+
+    Only lines that ``json.loads`` reads as the same single object get here: each line
+    is one ``{...}`` with no raw control bytes and valid UTF-8, and pyarrow returned
+    exactly one row per line. ``raw(i)`` decodes row ``i`` the row-by-row way, for the
+    few rows the vectorised checks hand back.
+    """
+
+    file: str
+    split: str | None
+    rows: np.ndarray  # line number of each table row
+    table: Any  # pyarrow.Table
+    buffer: bytes
+    starts: np.ndarray
+    ends: np.ndarray  # exclusive, newline included
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def raw(self, i: int) -> RawRow:
+        line = self.buffer[self.starts[i] : self.ends[i]]
+        return _decode_json_line(self.file, int(self.rows[i]), line, self.split)
+
+
+def read_items(path: str | Path, fmt: str | None = None, hint_splits: bool = False) -> Iterator[Any]:
+    """Like :func:`read_rows`, but JSONL comes in :class:`TableBlock` s where it can (bulk reading)."""
+    path = Path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise FormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if not path.exists():
+        yield from read_rows(path, fmt, hint_splits)
+        return
+    for file in iter_input_files(path):
+        file_fmt = fmt or detect_format(file)
+        split = split_hint(file) if hint_splits else None
+        yield from _read_file(file, file_fmt, split, bulk=True)
+
+
+def _read_some(fh, size: int) -> tuple[bytes, BaseException | None]:
+    """Up to ``size`` bytes; a gzip that ends early still gives what it decompressed before."""
+    parts, total = [], 0
+    try:
+        while total < size:
+            piece = fh.read1(min(size - total, 1 << 20))
+            if not piece:
+                break
+            parts.append(piece)
+            total += len(piece)
+    except (EOFError, zlib.error) as exc:
+        return b"".join(parts), exc
+    return b"".join(parts), None
+
+
+def _read_jsonl_blocks(file: Path, split: str | None) -> Iterator[Any]:
+    """JSONL in blocks of whole lines: :class:`TableBlock` s, and RawRows for odd lines."""
+    name = str(file)
+    carry, first_line = b"", 1
+    with _open_binary(file) as fh:
+        while True:
+            data, error = _read_some(fh, BLOCK_BYTES)
+            buffer = carry + data
+            at_end = not data and error is None
+            cut = len(buffer) if at_end else buffer.rfind(b"\n") + 1
+            if error is not None:  # as line iteration does: the unfinished last line is lost
+                cut = buffer.rfind(b"\n") + 1
+            if cut > 0:
+                block, carry = buffer[:cut], buffer[cut:]
+                n_lines, items = _parse_buffer(block, first_line, name, split)
+                yield from items
+                first_line += n_lines
+            else:
+                carry = buffer
+            if error is not None:
+                raise error
+            if at_end:
+                return
+
+
+def _line_bounds(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end (newline included) and regularity of every line in ``buffer``."""
+    arr = np.frombuffer(buffer, np.uint8)
+    newlines = np.flatnonzero(arr == _NL)
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.concatenate((newlines + 1, [len(arr)]))
+    if starts[-1] == len(arr):  # the buffer ends with a newline: no line after it
+        starts, ends = starts[:-1], ends[:-1]
+    n = len(starts)
+    if n == 0:
+        return starts, ends, np.zeros(0, bool)
+    # the last byte of the object: before the newline and an optional carriage return
+    last = ends - 1
+    last = np.where(arr[np.maximum(last, 0)] == _NL, last - 1, last)
+    last = np.where((last >= starts) & (arr[np.maximum(last, 0)] == _CR), last - 1, last)
+    regular = (last > starts) & (arr[starts] == _OPEN) & (arr[np.maximum(last, 0)] == _CLOSE)
+    # raw control bytes (json.loads refuses them inside strings) make a line odd
+    control = np.flatnonzero(arr < 0x20)
+    control = control[(arr[control] != _NL)]
+    if len(control):
+        line_of = np.searchsorted(starts, control, side="right") - 1
+        is_cr_end = (arr[control] == _CR) & (control == np.minimum(last[line_of] + 1, len(arr) - 1))
+        regular[line_of[~is_cr_end]] = False
+    # invalid UTF-8 makes a line odd (the row-by-row path names it)
+    position = 0
+    while position < len(arr):
+        try:
+            buffer[position:].decode("utf-8")
+            break
+        except UnicodeDecodeError as exc:
+            line = int(np.searchsorted(starts, position + exc.start, side="right") - 1)
+            regular[line] = False
+            position = int(ends[line])
+    return starts, ends, regular
+
+
+def _parse_buffer(buffer: bytes, first_line: int, name: str, split: str | None) -> tuple[int, list]:
+    """Every line of ``buffer`` as TableBlocks (runs of regular lines) or RawRows (the rest)."""
+    starts, ends, regular = _line_bounds(buffer)
+    items: list[Any] = []
+    i, n = 0, len(starts)
+    for odd in [*np.flatnonzero(~regular).tolist(), n]:
+        if odd > i:
+            items.extend(_parse_run(buffer, starts, ends, i, odd, first_line, name, split))
+        if odd < n:
+            line = buffer[starts[odd] : ends[odd]]
+            if line.strip():
+                items.append(_decode_json_line(name, first_line + odd, line, split))
+        i = odd + 1
+    return n, items
+
+
+def _parse_run(buffer, starts, ends, lo, hi, first_line, name, split) -> Iterator[Any]:
+    """Regular lines ``lo..hi`` through pyarrow; what it refuses is narrowed down to single lines."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if hi - lo <= _SLOW_RUN:
+        for i in range(lo, hi):
+            yield _decode_json_line(name, first_line + i, buffer[starts[i] : ends[i]], split)
+        return
+    start, end = int(starts[lo]), int(ends[hi - 1])
+    source = pa.BufferReader(pa.py_buffer(memoryview(buffer)[start:end]))
+    options = pj.ReadOptions(use_threads=False, block_size=max(end - start + 1, 1 << 16))
+    try:
+        table = pj.read_json(source, read_options=options)
+    except pa.ArrowException as exc:
+        match = _ROW_IN_ERROR.search(str(exc))
+        bad = lo + int(match.group(1)) if match else None
+        if bad is None or not lo <= bad < hi:
+            mid = (lo + hi) // 2
+            yield from _parse_run(buffer, starts, ends, lo, mid, first_line, name, split)
+            yield from _parse_run(buffer, starts, ends, mid, hi, first_line, name, split)
+            return
+        yield from _parse_run(buffer, starts, ends, lo, bad, first_line, name, split)
+        yield _decode_json_line(name, first_line + bad, buffer[starts[bad] : ends[bad]], split)
+        yield from _parse_run(buffer, starts, ends, bad + 1, hi, first_line, name, split)
+        return
+    if table.num_rows != hi - lo:  # a line held two objects: only line by line can tell
+        mid = (lo + hi) // 2
+        yield from _parse_run(buffer, starts, ends, lo, mid, first_line, name, split)
+        yield from _parse_run(buffer, starts, ends, mid, hi, first_line, name, split)
+        return
+    rows = np.arange(lo, hi, dtype=np.int64) + first_line
+    yield TableBlock(name, split, rows, table, buffer, starts[lo:hi], ends[lo:hi])
 
 
 _READERS = {
