@@ -129,7 +129,7 @@ def validate(
         raise typer.Exit(EXIT_USAGE) from None
     written = None
     if report or validated.issues:
-        full = {**validated.report, "quarantined_rows": [issue.to_dict() for issue in validated.issues]}
+        full = {**validated.report, "quarantined_rows": validated.issues}  # written as to_dict()
         written = write_report(full, (report or DEFAULT_REPORT).resolve())
     _print_report(validated.report, written)
     raise typer.Exit(exit_code(validated.report))

@@ -159,10 +159,17 @@ def text_problems(values) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow.compute as pc
 
     data, rel = _utf8(values)
-    # Python's ASCII whitespace: \t-\r, \x1c-\x1f and space
-    space = (data == 32) | ((data >= 9) & (data <= 13)) | ((data >= 28) & (data <= 31))
-    blank = _per_row(~space, rel) == 0
-    control = np.zeros(len(blank), bool)
+    n = len(rel) - 1
+    # a row can only be blank when it is empty or starts with (Python's ASCII) whitespace
+    blank = np.zeros(n, bool)
+    lengths = np.diff(rel)
+    first = data[np.minimum(rel[:-1], max(len(data) - 1, 0))] if len(data) else np.zeros(n, np.uint8)
+    maybe = (lengths == 0) | (first == 32) | ((first >= 9) & (first <= 13)) | ((first >= 28) & (first <= 31))
+    maybe_rows = np.flatnonzero(maybe)
+    if len(maybe_rows):
+        subset = values.take(maybe_rows)
+        blank[maybe_rows] = np.asarray(pc.match_substring_regex(subset, _BLANK_RE).to_numpy(False), bool)
+    control = np.zeros(n, bool)
     is_control = ((data < 32) & (data != 9) & (data != 10) & (data != 13)) | (data == 127)
     control[_rows_of(np.flatnonzero(is_control), rel)] = True
     other = _non_ascii_rows(values)
@@ -214,22 +221,15 @@ def near_key_column(values):
             at = minus + _GROW * np.arange(len(minus))
             out[at[:, None] + np.arange(len(_MINUS_WORD))] = _MINUS_WORD
             rel = rel + _GROW * np.searchsorted(minus, rel)
-    size = len(out)
-    space = out == 32
-    first, last = np.zeros(size, bool), np.zeros(size, bool)
-    nonempty = rel[1:] > rel[:-1]
-    first[rel[:-1][nonempty]] = True
-    last[rel[1:][nonempty] - 1] = True
-    space_before, space_after = np.zeros(size, bool), np.zeros(size, bool)
-    space_before[1:] = space[:-1]
-    space_after[:-1] = space[1:]
-    run_start = np.flatnonzero(space & ~(space_before & ~first))
-    run_end = np.flatnonzero(space & ~(space_after & ~last))
-    keep = ~space
-    keep[run_start[~first[run_start] & ~last[run_end]]] = True  # one space between words
-    offsets = np.zeros(n + 1, np.int32)
-    offsets[1:] = np.cumsum(_per_row(keep, rel), dtype=np.int32)
-    folded = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[keep].tobytes()))
+    offsets = rel.astype(np.int32)
+    folded = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out.tobytes()))
+    # runs of spaces to one, then trim: C kernels, a few passes (runs are short)
+    while True:
+        doubled = pc.match_substring(folded, "  ")
+        if not pc.any(doubled).as_py():
+            break
+        folded = pc.replace_substring(folded, "  ", " ")
+    folded = pc.utf8_trim(folded, " ")
     other = _non_ascii_rows(values)
     if len(other):
         mask = np.zeros(n, bool)

@@ -17,7 +17,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -289,7 +289,7 @@ def _read_datasets(file: Path, split: str | None) -> Iterator[RawRow]:
             yield RawRow(label, number, row, user_split)
 
 
-BLOCK_BYTES = 16 << 20  # JSONL bytes parsed per block in bulk reading: bounds memory
+BLOCK_BYTES = 4 << 20  # JSONL bytes parsed per block in bulk reading: bounds memory, stays in cache
 _SLOW_RUN = 32  # a run of lines this short that pyarrow refuses goes line by line
 _ROW_IN_ERROR = re.compile(r"in row (\d+)")
 _OPEN, _CLOSE, _CR, _NL = ord("{"), ord("}"), ord("\r"), ord("\n")
@@ -312,9 +312,11 @@ class TableBlock:
     buffer: bytes
     starts: np.ndarray
     ends: np.ndarray  # exclusive, newline included
+    # the other lines among these (row by row), so one block is always validated whole
+    extra: list[RawRow] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.rows) + len(self.extra)
 
     def raw(self, i: int) -> RawRow:
         line = self.buffer[self.starts[i] : self.ends[i]]
@@ -333,6 +335,42 @@ def read_items(path: str | Path, fmt: str | None = None, hint_splits: bool = Fal
         file_fmt = fmt or detect_format(file)
         split = split_hint(file) if hint_splits else None
         yield from _read_file(file, file_fmt, split, bulk=True)
+
+
+def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items`` produced by a background thread, ``depth`` ahead: pyarrow parses the next
+    block (without the GIL) while the caller checks this one. Errors re-raise here."""
+    import queue
+    import threading
+
+    done = object()
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                box.put(item)
+            box.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            box.put(exc)
+
+    worker = threading.Thread(target=produce, name="alignflow-read", daemon=True)
+    worker.start()
+    try:
+        while (item := box.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                box.get_nowait()
+            except queue.Empty:
+                worker.join(0.01)
 
 
 def _read_some(fh, size: int) -> tuple[bytes, BaseException | None]:
@@ -414,6 +452,9 @@ def _line_bounds(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _parse_buffer(buffer: bytes, first_line: int, name: str, split: str | None) -> tuple[int, list]:
     """Every line of ``buffer`` as TableBlocks (runs of regular lines) or RawRows (the rest)."""
     starts, ends, regular = _line_bounds(buffer)
+    whole = _parse_whole(buffer, starts, ends, regular, first_line, name, split)
+    if whole is not None:
+        return len(starts), [whole]
     items: list[Any] = []
     i, n = 0, len(starts)
     for odd in [*np.flatnonzero(~regular).tolist(), n]:
@@ -425,6 +466,42 @@ def _parse_buffer(buffer: bytes, first_line: int, name: str, split: str | None) 
                 items.append(_decode_json_line(name, first_line + odd, line, split))
         i = odd + 1
     return n, items
+
+
+def _parse_whole(buffer, starts, ends, regular, first_line, name, split) -> TableBlock | None:
+    """The whole buffer in one multi-threaded pyarrow call, odd lines blanked out first.
+
+    None when pyarrow refuses it or its rows do not match the regular lines one to one;
+    the caller then narrows down line by line.
+    """
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    regular_lines = np.flatnonzero(regular)
+    if len(regular_lines) <= _SLOW_RUN:
+        return None
+    odd = np.flatnonzero(~regular)
+    source = buffer
+    if len(odd):
+        blanked = bytearray(buffer)
+        for i in odd.tolist():  # keep the newline, so pyarrow sees an empty line
+            end = int(ends[i]) - (1 if buffer[ends[i] - 1 : ends[i]] == b"\n" else 0)
+            blanked[starts[i] : end] = b" " * (end - int(starts[i]))
+        source = bytes(blanked)
+    options = pj.ReadOptions(use_threads=True, block_size=max(len(source) // 8, 1 << 20))
+    try:
+        table = pj.read_json(pa.BufferReader(source), read_options=options)
+    except pa.ArrowException:
+        return None
+    if table.num_rows != len(regular_lines):
+        return None
+    extra = []
+    for i in odd.tolist():
+        line = buffer[starts[i] : ends[i]]
+        if line.strip():
+            extra.append(_decode_json_line(name, first_line + i, line, split))
+    rows = regular_lines.astype(np.int64) + first_line
+    return TableBlock(name, split, rows, table, buffer, starts[regular_lines], ends[regular_lines], extra)
 
 
 def _parse_run(buffer, starts, ends, lo, hi, first_line, name, split) -> Iterator[Any]:

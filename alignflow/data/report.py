@@ -53,11 +53,40 @@ def build_report(
     }
 
 
+ROW_LISTS = ("quarantined_rows",)  # long lists written one compact row per line
+
+
 def write_report(report: dict[str, Any], path: str | Path) -> Path:
+    """The report as indented JSON; row lists one object per line (greppable, and fast:
+    indenting a million rows would take json's pure-Python encoder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=True), encoding="utf-8")
+    rows = {key: report[key] for key in ROW_LISTS if isinstance(report.get(key), list)}
+    head = {key: value for key, value in report.items() if key not in rows}
+    text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=True)
+    for key in sorted(rows):
+        body = ",\n    ".join(_encode_row(row) for row in rows[key])
+        listed = f"[\n    {body}\n  ]" if rows[key] else "[]"
+        text = (text[:-2] + ",\n" if head else "{\n") + f"  {json.dumps(key)}: {listed}\n}}"
+        head = True
+    path.write_text(text, encoding="utf-8")
     return path
+
+
+_encode = json.JSONEncoder(sort_keys=True, ensure_ascii=True).encode
+_string = json.encoder.encode_basestring_ascii
+
+
+def _encode_row(row: Issue | dict[str, Any]) -> str:
+    """One row as compact JSON; an :class:`Issue` straight from its fields (``to_dict``'s keys)."""
+    if not isinstance(row, Issue):
+        return _encode(row)
+    field = "null" if row.field is None else _string(row.field)
+    number = "null" if row.row is None else str(int(row.row))
+    return (
+        f'{{"code": {_string(str(row.code))}, "field": {field}, "file": {_string(row.file)}, '
+        f'"message": {_string(row.message)}, "row": {number}}}'
+    )
 
 
 def format_summary(report: dict[str, Any]) -> str:

@@ -38,7 +38,14 @@ from alignflow.data.config import DataConfig
 from alignflow.data.expectations import run_expectations
 from alignflow.data.issues import UNREADABLE_FILE_REASONS, Issue, Reason
 from alignflow.data.normalize import DEFAULT_MAPPING, RESERVED_COLUMNS, RowError, normalize_row
-from alignflow.data.readers import RawRow, TableBlock, detect_format, iter_input_files, read_items
+from alignflow.data.readers import (
+    RawRow,
+    TableBlock,
+    detect_format,
+    iter_input_files,
+    prefetched,
+    read_items,
+)
 from alignflow.data.report import build_report, format_summary, write_report
 from alignflow.data.schema import RecordKind
 from alignflow.data.split import prompt_key
@@ -188,7 +195,7 @@ _KINDS = {str(kind) for kind in RecordKind}
 _PAIR_TEXT = TEXT_FIELDS["pair"]
 # columns that change how a row with prompt/chosen/rejected is read: such blocks go row by row
 _BULK_COLUMNS = {"prompt", "chosen", "rejected", "id", "source", "metadata"}
-BATCH_ROWS = 200_000
+BATCH_ROWS = 50_000  # rows checked together: arrays stay in cache, memory stays bounded
 _ROW_BITS = 40  # a row's place packed in one int64: file index << 40 | row + 1
 
 
@@ -322,16 +329,23 @@ class _Run:
                 by_row(position, item)
                 position += 1
                 continue
+            # the block's parsed rows and its odd lines, placed in line order
+            n_rows = len(item.rows)
+            lines = np.concatenate((item.rows, np.array([e.row for e in item.extra], np.int64)))
+            place = np.empty(len(lines), np.int64)
+            place[np.argsort(lines, kind="stable")] = np.arange(len(lines)) + position
+            for j, extra in enumerate(item.extra):
+                by_row(int(place[n_rows + j]), extra)
             texts = self._bulk_texts(item)
             if texts is None:
-                for i in range(len(item)):
-                    by_row(position + i, item.raw(i))
+                for i in range(n_rows):
+                    by_row(int(place[i]), item.raw(i))
             else:
                 for part, text in zip(parts, texts, strict=True):
                     part.append(text)
-                segment.append(np.full(len(item), len(blocks), np.int64))
-                offset.append(np.arange(len(item), dtype=np.int64))
-                positions.append(np.arange(len(item), dtype=np.int64) + position)
+                segment.append(np.full(n_rows, len(blocks), np.int64))
+                offset.append(np.arange(n_rows, dtype=np.int64))
+                positions.append(place[:n_rows])
                 blocks.append(item)
             position += len(item)
         self.input_rows += position
@@ -613,7 +627,7 @@ def validate_paths(
         for path in paths:
             yield from read_items(path, fmt, hint_splits=path.is_dir())
 
-    return validate_rows(rows(), config, describe_inputs(paths, fmt), tokenizer, keep_records)
+    return validate_rows(prefetched(rows()), config, describe_inputs(paths, fmt), tokenizer, keep_records)
 
 
 def validate_dataset(

@@ -151,6 +151,7 @@ def test_bulk_path_really_reads_in_blocks(tmp_path, small_blocks):
     items = list(readers.read_items(path))
     blocks = [item for item in items if isinstance(item, readers.TableBlock)]
     assert len(blocks) > 3
+    assert any(b.extra for b in blocks), "odd lines ride along with their block"
     in_bulk = sum(len(b) for b in blocks)
     assert in_bulk > 0.5 * (in_bulk + len(items) - len(blocks))
 
