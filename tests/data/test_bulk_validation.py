@@ -195,3 +195,22 @@ def test_seen_keys_flags_later_copies_across_batches():
     verdict, first = seen.check(np.array([2, 4], np.uint64), np.array([20, 40], np.uint64), np.array([7, 8]))
     assert verdict.tolist() == [1, 0] and first[0] == 1
     assert len(seen) == 4
+
+
+def test_streaming_memory_stays_below_the_file_size(tmp_path, monkeypatch):
+    """keep_records=False holds one block and batch plus hashes, never the whole file."""
+    import tracemalloc
+
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(validation, "BATCH_ROWS", 200)
+    rows = ({**pair(i), "chosen": f"It is {i + 1}, because {'reasons ' * 125}"} for i in range(20_000))
+    path = write(tmp_path / "big.jsonl", [json.dumps(row).encode() for row in rows])
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        validated = validate_paths(path, DataConfig(), keep_records=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert validated.report["input_rows"] == 20_000 and validated.report["kept"] == 20_000
+    assert peak < size / 4, f"peak {peak} bytes for a {size}-byte file"
