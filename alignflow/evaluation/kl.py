@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from alignflow.losses.functional import logprobs_from_logits, sequence_logprobs
 from alignflow.models.prompting import format_prompt
-from alignflow.rl.functional import logprobs_from_logits, sequence_logprobs
 
 
 def _encode(tokenizer: Any, prompt: Any, completion: str) -> tuple[list[int], int]:

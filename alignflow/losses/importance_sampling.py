@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from alignflow.losses.custom_loss import CustomLoss, CustomLossConfig, masked_reduce
-from alignflow.rl.functional import whiten
+from alignflow.losses.functional import whiten
 
 
 class ImportanceSamplingLoss(CustomLoss):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from alignflow.losses.custom_loss import CustomLoss, CustomLossConfig, masked_reduce
-from alignflow.rl.functional import entropy_from_logits
+from alignflow.losses.functional import entropy_from_logits
 
 
 def _as_token_tensor(name: str, value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ useful to stop a reward or value head from collapsing to a constant or blowing u
 from __future__ import annotations
 
 from alignflow.losses.custom_loss import CustomLoss, CustomLossConfig
-from alignflow.rl.functional import masked_var
+from alignflow.losses.functional import masked_var
 
 
 class VarianceLoss(CustomLoss):

@@ -1,8 +1,8 @@
 """The research API: environments, reward models, PPO, DPO, forward-backward, objectives.
 
-Names are resolved lazily (PEP 562) so that ``alignflow.losses``, which builds on
-``alignflow.rl.functional``, can be imported first without a circular import, and so that
-``import alignflow.rl`` stays cheap.
+Names are resolved lazily (PEP 562) so that ``import alignflow.rl`` stays cheap. The tensor
+math (log-probs, entropy, whitening) lives in :mod:`alignflow.losses.functional`, below this
+package, and is re-exported here under the names the spec uses.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _EXPORTS = {
         "RewardModelTrainer",
     ],
     "alignflow.rl.dpo": ["DPOConfig", "DPOTrainer"],
-    "alignflow.rl.functional": [
+    "alignflow.losses.functional": [
         "logprobs_from_logits",
         "entropy_from_logits",
         "masked_mean",

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
+from alignflow.losses.dpo_loss_types import DPO_LOSS_TYPES
+from alignflow.losses.dpo_losses import PairLogps, dpo_family_loss
+from alignflow.losses.functional import sequence_logprobs
 from alignflow.registry.tracking import log_metrics
-from alignflow.rl.functional import sequence_logprobs
-
-LOSS_TYPES = ("sigmoid", "robust", "hinge", "ipo")
 
 
 @dataclass
@@ -62,8 +61,8 @@ class DPOConfig:
             raise ValueError(f"DPOConfig.beta must be positive, got {self.beta}")
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ValueError(f"DPOConfig.label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"DPOConfig.loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.loss_type not in DPO_LOSS_TYPES:
+            raise ValueError(f"DPOConfig.loss_type must be one of {DPO_LOSS_TYPES}, got {self.loss_type!r}")
         if self.max_prompt_length >= self.max_length:
             raise ValueError("DPOConfig.max_prompt_length must be smaller than max_length")
         if self.batch_size < 1 or self.gradient_accumulation_steps < 1:
@@ -83,35 +82,22 @@ def dpo_loss(
 ):
     """Per-pair losses and the implicit rewards ``beta * log(pi/pi_ref)`` of both sides.
 
-    Missing reference log-probs mean reference-free DPO. ``ipo`` needs the completion
-    lengths to average the log-ratios per token.
+    ``loss_type`` is any name of :data:`~alignflow.losses.dpo_loss_types.DPO_LOSS_TYPES`, the
+    list the pipeline's DPO stage takes too. Missing reference log-probs mean reference-free
+    DPO; the length-normalised losses (``ipo``, ``sigmoid_norm``, ``sft``) need the
+    completions' token counts.
     """
     zeros = torch.zeros_like(policy_chosen_logps)
-    ref_chosen = zeros if ref_chosen_logps is None else ref_chosen_logps
-    ref_rejected = zeros if ref_rejected_logps is None else ref_rejected_logps
-    chosen_logratios = policy_chosen_logps - ref_chosen
-    rejected_logratios = policy_rejected_logps - ref_rejected
-    delta = chosen_logratios - rejected_logratios
-    if loss_type == "sigmoid":
-        losses = -(1 - label_smoothing) * F.logsigmoid(beta * delta) - label_smoothing * F.logsigmoid(
-            -beta * delta
-        )
-    elif loss_type == "robust":
-        clean = -(1 - label_smoothing) * F.logsigmoid(beta * delta)
-        flipped = -label_smoothing * F.logsigmoid(-beta * delta)
-        losses = (clean - flipped) / (1 - 2 * label_smoothing)
-    elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * delta)
-    elif loss_type == "ipo":
-        if chosen_lengths is None or rejected_lengths is None:
-            raise ValueError("dpo_loss: loss_type='ipo' needs chosen_lengths and rejected_lengths")
-        avg = chosen_logratios / chosen_lengths.clamp_min(
-            1
-        ) - rejected_logratios / rejected_lengths.clamp_min(1)
-        losses = (avg - 1 / (2 * beta)) ** 2
-    else:
-        raise ValueError(f"dpo_loss: unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
-    return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+    pairs = PairLogps(
+        chosen=policy_chosen_logps,
+        rejected=policy_rejected_logps,
+        ref_chosen=zeros if ref_chosen_logps is None else ref_chosen_logps,
+        ref_rejected=zeros if ref_rejected_logps is None else ref_rejected_logps,
+        chosen_tokens=chosen_lengths,
+        rejected_tokens=rejected_lengths,
+    )
+    losses = dpo_family_loss(loss_type, pairs, beta, label_smoothing)
+    return losses, beta * pairs.chosen_ratio.detach(), beta * pairs.rejected_ratio.detach()
 
 
 def _check_texts(name: str, texts: Sequence[str]) -> None:

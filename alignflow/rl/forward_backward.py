@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from alignflow.losses import CustomLoss, ImportanceSamplingLoss, PPOLoss
-from alignflow.rl.functional import logprobs_from_logits
+from alignflow.losses.functional import logprobs_from_logits
 
 CustomLossFn = Callable[..., torch.Tensor]
 BUILTIN_LOSSES = ("cross_entropy", "importance_sampling", "ppo")

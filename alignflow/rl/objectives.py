@@ -13,7 +13,7 @@ can switch objective by changing a string:
 
 ``ent_coef > 0`` subtracts ``ent_coef`` times the mean entropy of the policy at the
 response positions (the prompt is not the policy's choice, so its entropy is left out).
-All math goes through :mod:`alignflow.rl.functional`.
+All math goes through :mod:`alignflow.losses.functional`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from alignflow.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
+from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 
 MODES = ("reinforce", "kl", "ppo", "token")
 

@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from alignflow.losses import CustomLoss, KLDivergenceLoss, PPOLoss
+from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 from alignflow.registry import tracking
 from alignflow.rl.environments import Observation, RLEnvironment
 from alignflow.rl.forward_backward import (
@@ -43,7 +44,6 @@ from alignflow.rl.forward_backward import (
     save_json_state,
     save_optimizer_state,
 )
-from alignflow.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 
 BatchRewardFn = Callable[..., Sequence[float]]
 VALUE_HEAD_FILE = "value_head.safetensors"

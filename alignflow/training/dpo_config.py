@@ -6,26 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from alignflow.losses.dpo_loss_types import DPO_LOSS_TYPES
 from alignflow.training.stage_config import StageConfig
-
-# TRL DPOTrainer loss types (TRL's names); ``method`` picks ORPO/KTO trainers instead.
-DPO_LOSS_TYPES = (
-    "sigmoid",
-    "hinge",
-    "ipo",
-    "exo_pair",
-    "nca_pair",
-    "robust",
-    "bco_pair",
-    "sppo_hard",
-    "aot",
-    "aot_unpaired",
-    "apo_zero",
-    "apo_down",
-    "discopop",
-    "sft",
-    "sigmoid_norm",
-)
 
 
 class DPOConfig(StageConfig):

@@ -11,10 +11,10 @@ from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import RewardModelJudge
 from alignflow.evaluation.kl import completion_logprobs
 from alignflow.evaluation.report import EvalReport, log_report, read_report, samples_table, write_report
+from alignflow.losses.functional import sequence_logprobs
 from alignflow.models import load_causal_lm
 from alignflow.models.prompting import format_prompt
 from alignflow.registry import promotion
-from alignflow.rl.functional import sequence_logprobs
 
 
 def answer_scorer(answers):

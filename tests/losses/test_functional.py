@@ -1,6 +1,6 @@
 import torch
 
-from alignflow.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
+from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 
 
 def test_logprobs_and_entropy_match_torch_distributions():
