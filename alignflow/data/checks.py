@@ -182,6 +182,26 @@ def text_problems(values) -> tuple[np.ndarray, np.ndarray]:
     return blank, control & ~blank
 
 
+def control_messages(values, rows: np.ndarray, field: str) -> list[str]:
+    """check_text's control-character message for ``rows`` of a column (each holds one).
+
+    ASCII rows from the bytes (byte offset == character index); others via check_text.
+    """
+    data, rel = _utf8(values)
+    is_control = ((data < 32) & (data != 9) & (data != 10) & (data != 13)) | (data == 127)
+    where = np.flatnonzero(is_control)
+    owners, first = np.unique(_rows_of(where, rel), return_index=True)
+    non_ascii = set(_non_ascii_rows(values.take(rows)).tolist())
+    messages = []
+    for i, row in enumerate(rows.tolist()):
+        if i in non_ascii:
+            messages.append(str(text_error(values[row].as_py(), field)))
+            continue
+        at = int(where[first[np.searchsorted(owners, row)]])
+        messages.append(f"{field!r} holds control character U+{int(data[at]):04X} at {at - int(rel[row])}")
+    return messages
+
+
 def text_error(text: str, field: str) -> RowError:
     """The error :func:`check_text` raises for a text the bulk check flagged."""
     try:
@@ -297,11 +317,13 @@ class SeenKeys:
         found = np.zeros(len(near), bool)
         exact = np.zeros(len(near), np.uint64)
         where = np.zeros(len(near), np.int64)
+        order = np.argsort(near)  # sorted needles walk each run forwards: cache-friendly
+        needles = near[order]
         for keys, exacts, wheres in self.runs:
-            at = np.minimum(np.searchsorted(keys, near), len(keys) - 1)
-            hit = keys[at] == near
-            found |= hit
-            exact[hit], where[hit] = exacts[at[hit]], wheres[at[hit]]
+            at = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
+            hit = keys[at] == needles
+            found[order[hit]] = True
+            exact[order[hit]], where[order[hit]] = exacts[at[hit]], wheres[at[hit]]
         return found, exact, where
 
     def add(self, near: np.ndarray, exact: np.ndarray, where: np.ndarray) -> None:

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,13 @@ from alignflow.data.checks import (
     SeenKeys,
     as_text,
     check_record,
+    control_messages,
     hash_keys,
     hashable,
     label_imbalance,
     near_key_column,
     pair_tag,
     record_keys,
-    text_error,
     text_problems,
 )
 from alignflow.data.config import DataConfig
@@ -235,6 +236,12 @@ class _Bulk:
         block = self.blocks[self.segment[k]]
         return block.file, int(block.rows[self.offset[k]])
 
+    def places(self, ks: np.ndarray) -> tuple[list[str], list[int]]:
+        """File and line of many rows at once."""
+        files = [block.file for block in self.blocks]
+        lines = np.concatenate([block.rows for block in self.blocks])  # in block order, as ks index
+        return [files[s] for s in self.segment[ks].tolist()], lines[ks].tolist()
+
 
 class _Run:
     """One validation, fed in batches: read -> normalise/check -> GX -> duplicates -> leakage.
@@ -386,23 +393,30 @@ class _Run:
         for k in np.flatnonzero(nulls).tolist():
             by_row(int(bulk.positions[k]), bulk.raw(k))
         flagged = np.flatnonzero(~ok & ~nulls)
-        for k in flagged.tolist():
-            for name, text, (blank, control) in zip(_PAIR_TEXT, bulk.texts, problems, strict=True):
-                if blank[k]:
-                    error = RowError(Reason.EMPTY_FIELD, f"{name!r} is empty", name)
-                    break
-                if control[k]:
-                    error = text_error(text[k].as_py(), name)
-                    break
-            else:
-                error = RowError(Reason.CHOSEN_EQUALS_REJECTED, "chosen and rejected are identical", "chosen")
-            read_issues.append((int(bulk.positions[k]), self._bulk_issue(error, bulk, k)))
+        if not len(flagged):
+            return ok
+        # check_record's first error: fields in order (empty, then control), then chosen == rejected
+        codes = np.full(len(flagged), 2, np.int8)  # 0 empty, 1 control, 2 chosen == rejected
+        fields = np.zeros(len(flagged), np.int8)
+        for i, (blank, control) in enumerate(reversed(problems)):  # earlier fields overwrite later ones
+            column = len(problems) - 1 - i
+            for code, mask in ((1, control[flagged]), (0, blank[flagged])):
+                codes[mask], fields[mask] = code, column
+        messages = np.empty(len(flagged), object)
+        messages[codes == 2] = "chosen and rejected are identical"
+        fields[codes == 2] = 1
+        for column, name in enumerate(_PAIR_TEXT):
+            messages[(codes == 0) & (fields == column)] = f"{name!r} is empty"
+            at = np.flatnonzero((codes == 1) & (fields == column))
+            if len(at):
+                messages[at] = control_messages(bulk.texts[column], flagged[at], name)
+        reasons = (Reason.EMPTY_FIELD, Reason.CONTROL_CHARS, Reason.CHOSEN_EQUALS_REJECTED)
+        files, rows = bulk.places(flagged)
+        for j, k in enumerate(flagged.tolist()):
+            original = bulk.raw(k).data if self.keep else None
+            issue = Issue(reasons[codes[j]], messages[j], files[j], rows[j], _PAIR_TEXT[fields[j]], original)
+            read_issues.append((int(bulk.positions[k]), issue))
         return ok
-
-    def _bulk_issue(self, error: RowError, bulk: _Bulk, k: int) -> Issue:
-        file, row = bulk.where(k)
-        original = bulk.raw(k).data if self.keep else None
-        return Issue(error.code, str(error), file, row, error.field, original)
 
     def _expectations(self, bulk: _Bulk | None, slow: list) -> list[tuple[int, RawRow, dict[str, Any]]]:
         """great-expectations on the rows that could fail it; the rest pass without a GX call."""
@@ -492,18 +506,23 @@ class _Run:
                 return raw, record
             return bulk.raw(int(source_a[k])), None
 
-        for k in np.flatnonzero(verdict).tolist():
+        duplicates = np.flatnonzero(verdict)
+        from_bulk = source_a[duplicates] >= 0
+        files, lines = bulk.places(source_a[duplicates[from_bulk]]) if from_bulk.any() else ([], [])
+        at_bulk = iter(range(len(files)))
+        for k in duplicates.tolist():
             place = self._place(int(first[k]))
             if verdict[k] == 1:
-                error = RowError(Reason.DUPLICATE_EXACT, f"same content as {place}", "prompt")
+                code, message = Reason.DUPLICATE_EXACT, f"same content as {place}"
             else:
-                message = f"same text up to case/spacing/punctuation as {place}"
-                error = RowError(Reason.DUPLICATE_NEAR, message, "prompt")
+                code, message = Reason.DUPLICATE_NEAR, f"same text up to case/spacing/punctuation as {place}"
             if source_a[k] < 0:
                 raw = slow[-1 - source_a[k]][1]
-                self.phases[2].append(self._issue(error.code, str(error), raw, error.field))
+                self.phases[2].append(self._issue(code, message, raw, "prompt"))
             else:
-                self.phases[2].append(self._bulk_issue(error, bulk, int(source_a[k])))
+                j = next(at_bulk)
+                original = bulk.raw(int(source_a[k])).data if self.keep else None
+                self.phases[2].append(Issue(code, message, files[j], lines[j], "prompt", original))
         self._keep(np.flatnonzero(verdict == 0), source_a, slow, row_of, bulk)
 
     def _keep(self, kept, source_a, slow, row_of, bulk: _Bulk | None) -> None:
@@ -627,7 +646,12 @@ def validate_paths(
         for path in paths:
             yield from read_items(path, fmt, hint_splits=path.is_dir())
 
-    return validate_rows(prefetched(rows()), config, describe_inputs(paths, fmt), tokenizer, keep_records)
+    # the inputs' sha256 (for the report) is read in a thread while the rows are checked
+    with ThreadPoolExecutor(1, thread_name_prefix="alignflow-sha256") as pool:
+        inputs = pool.submit(describe_inputs, paths, fmt)
+        validated = validate_rows(prefetched(rows()), config, None, tokenizer, keep_records)
+        validated.report["inputs"] = inputs.result()
+    return validated
 
 
 def validate_dataset(

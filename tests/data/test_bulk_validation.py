@@ -41,6 +41,10 @@ def bad_rows() -> list:
         {"prompt": "p", "chosen": "\u3000\u2028 ", "rejected": "r"},  # empty (unicode spaces)
         {"prompt": "p", "chosen": "bell\x07", "rejected": "r"},  # control_chars
         {"prompt": "p", "chosen": "c1\x85", "rejected": "r"},  # control_chars (C1)
+        {"prompt": "bad\x01", "chosen": "", "rejected": "r"},  # the first field's problem wins
+        {"prompt": "p", "chosen": " \t ", "rejected": "x\x02"},  # empty before a later control
+        {"prompt": "Ünï\x03code", "chosen": "c", "rejected": "r"},  # character index, not byte
+        {"prompt": "p", "chosen": "same\x04", "rejected": "same\x04"},  # control before equality
         {"prompt": "p", "chosen": "ok", "rejected": None},  # missing_field
         {"prompt": "p", "chosen": 7, "rejected": "r"},  # non_string_field
         b'{"prompt": "p", "chosen": "caf\xe9", "rejected": "r"}',  # invalid_utf8 (raw byte)
