@@ -579,8 +579,7 @@ class _Run:
         else:
             seen = self.summary or {}
             summary = [
-                seen.get(key)
-                or {"expectation": key[0], "column": key[1], "success": True, "unexpected": 0}
+                seen.get(key) or {"expectation": key[0], "column": key[1], "success": True, "unexpected": 0}
                 for key in CLEAN_EXPECTATIONS
             ]
         labels = [label for label in self.labels if label is not None]

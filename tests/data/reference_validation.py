@@ -52,7 +52,6 @@ class DuplicateIndex:
         self.near[near] = where
 
 
-
 def _issue(error: RowError, raw: RawRow) -> Issue:
     return Issue(error.code, str(error), raw.file, raw.row, error.field, raw.data)
 
@@ -205,5 +204,3 @@ def validate_paths(
             yield from read_rows(path, fmt, hint_splits=path.is_dir())
 
     return validate_rows(rows(), config, describe_inputs(paths, fmt), tokenizer)
-
-

@@ -28,7 +28,11 @@ MAX_CHARS = 120
 
 
 def pair(i: int, **changes) -> dict:
-    return {"prompt": f"Question {i}: what is {i} plus 1?", "chosen": f"It is {i + 1}.", "rejected": f"No {i}"}
+    return {
+        "prompt": f"Question {i}: what is {i} plus 1?",
+        "chosen": f"It is {i + 1}.",
+        "rejected": f"No {i}",
+    }
 
 
 def bad_rows() -> list:
@@ -116,8 +120,16 @@ def corpus(tmp: Path) -> list[Path]:
     split_pair = lambda i, side: {**pair(i), "prompt": f"Split question {i}", "rejected": f"{side} {i}"}  # noqa: E731
     write(splits / "train.jsonl", [json.dumps(split_pair(i, "t")).encode() for i in range(60)])
     write(splits / "eval.jsonl", [json.dumps(split_pair(i, "e")).encode() for i in range(50, 120)])
-    return [main, again, truncated, tmp / "empty.jsonl", tmp / "broken.parquet", tmp / "wide.csv",
-            splits, tmp / "missing.jsonl"]
+    return [
+        main,
+        again,
+        truncated,
+        tmp / "empty.jsonl",
+        tmp / "broken.parquet",
+        tmp / "wide.csv",
+        splits,
+        tmp / "missing.jsonl",
+    ]
 
 
 def issue_rows(validated) -> list[tuple]:
@@ -164,7 +176,10 @@ def test_token_limit_row_by_row_matches(tmp_path, tiny_model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    path = write(tmp_path / "in.jsonl", corpus_lines()[:120] + [json.dumps(pair(1) | {"chosen": "plus " * 40}).encode()])
+    path = write(
+        tmp_path / "in.jsonl",
+        corpus_lines()[:120] + [json.dumps(pair(1) | {"chosen": "plus " * 40}).encode()],
+    )
     config = DataConfig(max_tokens=20, max_chars=MAX_CHARS)
     old = reference.validate_paths(path, config, tokenizer=tokenizer)
     new = validate_paths(path, config, tokenizer=tokenizer)
