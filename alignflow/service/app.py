@@ -44,7 +44,14 @@ from alignflow.service.schemas import (
 )
 from alignflow.service.serving import PolicyNotFound, PolicyPool, PromptTooLong
 from alignflow.service.settings import AGENT_ID_PATTERN, ServiceSettings
-from alignflow.service.storage import Feedback, IdempotencyConflict, Job, Store, make_engine
+from alignflow.service.storage import (
+    Feedback,
+    FeedbackWriter,
+    IdempotencyConflict,
+    Job,
+    Store,
+    make_engine,
+)
 from alignflow.service.training_plan import JobPlanError, plan_job
 from alignflow.training.feedback_plan import FeedbackCounts
 
@@ -172,6 +179,7 @@ def create_app(
     if settings.run_migrations:
         upgrade_database(engine)
     store = Store(engine)
+    writer = FeedbackWriter(store)
     for spec in settings.tokens:
         store.put_token(spec.token.get_secret_value(), spec.name, spec.agents)
     abandoned = store.fail_abandoned_jobs("the service restarted before this job finished")
@@ -186,6 +194,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         yield
+        writer.close()
         runner.shutdown(wait=False)
         app.state.pool.close()
         engine.dispose()
@@ -197,6 +206,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings, app.state.store, app.state.runner, app.state.engine = settings, store, runner, engine
+    app.state.feedback_writer = writer
     app.state.pool = pool or PolicyPool(
         settings.tracking_uri, settings.work_dir / "serving", **settings.serving.model_dump()
     )
@@ -220,17 +230,21 @@ def create_app(
         },
         tags=["feedback"],
     )
-    def submit_feedback(
+    async def submit_feedback(
         body: FeedbackIn,
         response: Response,
         agent_id: Annotated[str, Depends(agent_access)],
         idempotency_key: IdempotencyKey = None,
     ) -> FeedbackOut:
-        """Store a rating (prompt, response, score) or a comparison (prompt, chosen, rejected)."""
+        """Store a rating (prompt, response, score) or a comparison (prompt, chosen, rejected).
+
+        The row goes to the group-commit writer; the answer waits for its commit, so an
+        acknowledged row is durable (one commit serves every request waiting with it).
+        """
         kind = "pairwise" if isinstance(body, PairwiseFeedbackIn) else "scored"
         fields = {"kind": kind, **body.model_dump(exclude_none=True)}
         try:
-            row, created = store.add_feedback(agent_id, fields, idempotency_key)
+            row, created = await asyncio.wrap_future(writer.submit(agent_id, fields, idempotency_key))
         except IdempotencyConflict as exc:
             raise HTTPException(
                 status.HTTP_409_CONFLICT, "Idempotency-Key was already used with a different request body"

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,12 +33,15 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    insert,
     select,
     update,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+log = logging.getLogger(__name__)
 
 
 def utcnow() -> datetime:
@@ -237,6 +244,53 @@ class Store:
             raise IdempotencyConflict(existing.idempotency_key)
         return existing
 
+    def add_feedback_batch(
+        self, requests: list[tuple[str, dict[str, Any], str | None]]
+    ) -> list[tuple[Feedback, bool] | Exception]:
+        """Many feedback rows in ONE transaction (group commit), with add_feedback's idempotency.
+
+        Returns per request (row, created), or the IdempotencyConflict to raise for it; all
+        rows are committed when this returns. A unique-key race with another process
+        (IntegrityError) fails the whole transaction: the caller falls back to add_feedback.
+        """
+        results: list[tuple[Feedback, bool] | Exception] = []
+        rows: list[dict[str, Any]] = []
+        with self.session() as session, session.begin():
+            keyed: dict[str, set[str]] = {}
+            for agent_id, _, key in requests:
+                if key is not None:
+                    keyed.setdefault(agent_id, set()).add(key)
+            existing: dict[tuple[str, str], Feedback] = {}
+            for agent_id, keys in keyed.items():
+                mine = (Feedback.agent_id == agent_id, Feedback.idempotency_key.in_(keys))
+                stmt = select(Feedback).where(*mine)
+                existing.update({(agent_id, row.idempotency_key): row for row in session.scalars(stmt)})
+            for agent_id, fields, key in requests:
+                fingerprint = request_fingerprint({"agent_id": agent_id, **fields})
+                first = existing.get((agent_id, key)) if key is not None else None
+                if first is not None:
+                    try:
+                        results.append((self._replay(first, fingerprint), False))
+                    except IdempotencyConflict as exc:
+                        results.append(exc)
+                    continue
+                values = {
+                    "id": new_id(),
+                    "agent_id": agent_id,
+                    "idempotency_key": key,
+                    "request_hash": fingerprint,
+                    "created_at": utcnow(),
+                    **fields,
+                }
+                row = Feedback(**values)
+                if key is not None:  # a second request with this key in the same batch replays it
+                    existing[(agent_id, key)] = row
+                rows.append(values)
+                results.append((row, True))
+            if rows:
+                session.execute(insert(Feedback), rows)
+        return results
+
     def _by_key(self, agent_id: str, key: str) -> Feedback | None:
         with self.session() as session:
             stmt = select(Feedback).where(Feedback.agent_id == agent_id, Feedback.idempotency_key == key)
@@ -385,3 +439,71 @@ class Store:
             else:
                 row.challenger_share, row.updated_at = share, utcnow()
         return row
+
+
+_STOP = object()
+
+
+class FeedbackWriter:
+    """Group commit for feedback: one thread writes whatever is waiting in one transaction.
+
+    Under load many requests arrive while a commit runs; the next transaction takes them
+    all, so the database sees one commit per batch instead of per request (and SQLite no
+    lock queue of request threads). Each request's future resolves only after the commit
+    that holds its row, so an acknowledgement still means the row is durable, exactly as
+    with one transaction per request. Idempotency is :meth:`Store.add_feedback_batch`'s.
+    """
+
+    def __init__(self, store: Store, max_batch: int = 256):
+        self.store, self.max_batch = store, max_batch
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="alignflow-feedback-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, agent_id: str, fields: dict[str, Any], idempotency_key: str | None) -> Future:
+        """A future of (row, created), or of IdempotencyConflict."""
+        future: Future = Future()
+        self._queue.put((future, (agent_id, fields, idempotency_key)))
+        return future
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is waiting, then stop."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < self.max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    break
+                batch.append(more)
+            self._write(batch)
+            if stop:
+                return
+
+    def _write(self, batch: list[tuple[Future, tuple]]) -> None:
+        try:
+            results = self.store.add_feedback_batch([request for _, request in batch])
+        except Exception:  # noqa: BLE001 - e.g. a key race with another process: one by one
+            log.debug("group commit of %d feedback rows failed; writing them one by one", len(batch))
+            for future, request in batch:
+                try:
+                    future.set_result(self.store.add_feedback(*request))
+                except Exception as exc:  # noqa: BLE001 - handed to the waiting request
+                    future.set_exception(exc)
+            return
+        for (future, _), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
