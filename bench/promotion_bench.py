@@ -141,17 +141,18 @@ def judge_built_policy(
 ) -> Challenger:
     """Register a hand-built policy and let the pipeline's evaluation and gates decide on it."""
     from alignflow.evaluation.evaluate import evaluate_paths
+    from alignflow.registry.lineage import champion_copy
     from alignflow.registry.models import log_model, registered_name
     from alignflow.registry.promotion import promote, trusted_judges
     from alignflow.registry.runs import pipeline_run
-    from flows.retrain import champion_dir, golden_tags
+    from flows.retrain import golden_tags
 
     uri = config.tracking.resolved_uri()
     name = registered_name(config.project, "policy")
     dirs = _stage_dirs(champion)
     out_root = workspace / "redteam"
-    champ_dir, _ = champion_dir(uri, config.project, out_root)
-    judge_dir, _ = champion_dir(uri, config.project, out_root, "reward")
+    champ_dir, _ = champion_copy(uri, config.project, out_root)
+    judge_dir, _ = champion_copy(uri, config.project, out_root, "reward")
     report = evaluate_paths(
         workspace / config.data.data_dir,
         model_dir,

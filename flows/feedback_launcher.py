@@ -20,7 +20,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 
-from alignflow.evaluation.policy_reward import POLICY_REWARD_MEAN, POLICY_REWARD_STD
+from alignflow.evaluation.metric_names import POLICY_REWARD_MEAN, POLICY_REWARD_STD
 from alignflow.registry import models as registry_models
 from alignflow.service.jobs import TrainingOutcome, TrainingRequest
 from alignflow.service.policies import job_metrics, record_job

@@ -23,12 +23,13 @@ from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.data.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
+from alignflow.registry.lineage import champion_copy, trained_on
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
-from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do, trained_on
+from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do
 from tasks.data import pin_golden, version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
@@ -83,18 +84,6 @@ def start_model(stage_result: dict[str, Any], config: PipelineConfig) -> str:
 
     built = Path(stage_result["output_dir"]) / BASE_MODEL_DIR
     return str(built) if (built / "config.json").exists() else resolve_model_source(config.model.name)
-
-
-def champion_dir(uri: str, project: str, out_root: Path, role: str = "policy") -> tuple[str | None, str]:
-    """A local copy of the current champion of ``role``, and its version ("" when there is none)."""
-    name = registry_models.registered_name(project, role)
-    version = registry_models.alias_version(uri, name, registry_models.CHAMPION)
-    if version is None:
-        return None, ""
-    target = out_root / f"champion-{role}-v{version}"
-    path = target if (target / "config.json").exists() else None
-    path = path or registry_models.download_model_dir(uri, name, version, target)
-    return (str(path) if path else None), version
 
 
 class Stages:
@@ -174,8 +163,8 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
     )
 
     reference = sft_dir or start_model(policy, config)
-    champ_dir, champ_version = champion_dir(uri, config.project, stages.out_root)
-    judge_dir, judge_version = champion_dir(uri, config.project, stages.out_root, "reward")
+    champ_dir, champ_version = champion_copy(uri, config.project, stages.out_root)
+    judge_dir, judge_version = champion_copy(uri, config.project, stages.out_root, "reward")
     golden = summary.golden or {}
     upstream = (
         f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
@@ -235,17 +224,18 @@ def golden_tags(golden: dict[str, Any]) -> dict[str, str]:
 
 def label_judge(config: PipelineConfig, out_root: Path) -> dict[str, Any] | None:
     """The champion reward model and its pinned-set accuracy, for the poisoned-data check."""
-    from alignflow.registry.promotion import REWARD_ACCURACY, recorded_metrics
+    from alignflow.evaluation.metric_names import REWARD_ACCURACY, REWARD_ACCURACY_EVAL
+    from alignflow.registry.promotion import recorded_metrics
 
     if config.data.label_check_max_gap is None:
         return None
     uri = config.tracking.resolved_uri()
-    model_dir, version = champion_dir(uri, config.project, out_root, "reward")
+    model_dir, version = champion_copy(uri, config.project, out_root, "reward")
     if model_dir is None:
         return None
     name = registry_models.registered_name(config.project, "reward")
     metrics = recorded_metrics(uri, name, version)
-    accuracy = metrics.get(REWARD_ACCURACY, metrics.get("eval/reward_accuracy"))
+    accuracy = metrics.get(REWARD_ACCURACY, metrics.get(REWARD_ACCURACY_EVAL))
     return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}
 
 

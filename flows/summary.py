@@ -5,20 +5,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from alignflow.evaluation import metric_names as names
+
 # metric names that say how a trainer ran, not how good its model is
 _NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
 
 # what a person checks first in each stage's row; other metrics fill the rest of the cell
 _HEADLINE = {
     "evaluate": (
-        "golden/task_accuracy",
-        "golden/reference_task_accuracy",
-        "golden/champion_task_accuracy",
-        "golden/reward_accuracy",
-        "eval/task_accuracy",
-        "eval/kl_to_reference",
+        names.TASK_ACCURACY,
+        names.REFERENCE_TASK_ACCURACY,
+        names.CHAMPION_TASK_ACCURACY,
+        names.REWARD_ACCURACY,
+        names.TASK_ACCURACY_EVAL,
+        names.KL_TO_REFERENCE,
     ),
-    "reward": ("eval/accuracy", "eval/ece", "eval/margin_mean", "train/accuracy"),
+    "reward": (
+        names.REWARD_STAGE_ACCURACY,
+        names.REWARD_STAGE_ECE,
+        names.REWARD_STAGE_MARGIN,
+        names.REWARD_STAGE_TRAIN_ACCURACY,
+    ),
 }
 
 
@@ -39,7 +46,8 @@ def key_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
 
 
 def _short(key: str) -> str:
-    return "pinned " + key.removeprefix("golden/") if key.startswith("golden/") else key.removeprefix("eval/")
+    golden, held_out = f"{names.GOLDEN}/", f"{names.EVAL}/"
+    return "pinned " + key.removeprefix(golden) if key.startswith(golden) else key.removeprefix(held_out)
 
 
 @dataclass

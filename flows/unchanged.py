@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alignflow.config import PipelineConfig, config_hash
+from alignflow.registry.lineage import champion_version, pipeline_summary, trained_on
 from flows.summary import RunSummary, StageOutcome
 
 if TYPE_CHECKING:  # mlflow is imported only when the check runs
     from mlflow.entities.model_registry import ModelVersion
 
 OUTCOME_TAG = "pipeline.outcome"
-PARENT_RUN_TAG = "mlflow.parentRunId"
 
 
 def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
@@ -40,36 +40,13 @@ def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
 
 
 def current_champion(config: PipelineConfig) -> ModelVersion | None:
-    """The model version the policy's ``champion`` alias points at, if any."""
-    from alignflow.registry import models as registry_models
-
-    name = registry_models.registered_name(config.project, "policy")
-    return registry_models.version_by_alias(config.tracking.resolved_uri(), name, registry_models.CHAMPION)
-
-
-def trained_on(champion: ModelVersion, data_version: str, cfg_hash: str) -> bool:
-    """Whether the champion's lineage tags name this data version and config."""
-    from alignflow.registry.runs import CONFIG_HASH_TAG, DATA_VERSION_TAG
-
-    tags = champion.tags or {}
-    return tags.get(DATA_VERSION_TAG) == data_version and tags.get(CONFIG_HASH_TAG) == cfg_hash
+    """The version the policy's ``champion`` alias points at, if any."""
+    return champion_version(config.tracking.resolved_uri(), config.project)
 
 
 def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutcome]:
     """The training stages of the run that produced ``champion``, as cache hits of this run."""
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    if not champion.run_id:
-        return []  # registered by hand, outside any pipeline run
-    try:
-        stage_run = MlflowClient(tracking_uri).get_run(champion.run_id)
-        parent_id = stage_run.data.tags[PARENT_RUN_TAG]
-        mlflow.set_tracking_uri(tracking_uri)
-        earlier = mlflow.artifacts.load_dict(f"runs:/{parent_id}/summary.json")
-    except (KeyError, OSError, MlflowException):
-        return []  # its run was not a pipeline run (or is gone): nothing to show
+    earlier = pipeline_summary(tracking_uri, champion) or {}
     return [
         StageOutcome(
             name=stage["name"],

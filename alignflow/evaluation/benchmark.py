@@ -394,8 +394,9 @@ def _against_figures(
 ) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
     """Policy vs --against: the pinned-set comparison (every figure with its interval),
     named for this command, and KL where the two models share a vocabulary."""
-    from alignflow.evaluation.challenger import golden_key, judge_policy_completions
+    from alignflow.evaluation.challenger import judge_policy_completions
     from alignflow.evaluation.kl import sampled_kl
+    from alignflow.evaluation.metric_names import golden_key
 
     config = run.config
     theirs = _generate(run.against, prompts, config)

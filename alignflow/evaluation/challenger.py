@@ -27,14 +27,9 @@ from alignflow.evaluation.intervals import (
     wilson_of,
 )
 from alignflow.evaluation.judges import Judge, Scorer
+from alignflow.evaluation.metric_names import golden_key
 from alignflow.evaluation.metrics import completion_lengths, score_pairs
 from alignflow.evaluation.report import EvalReport
-
-GOLDEN = "golden"
-
-
-def golden_key(name: str) -> str:
-    return f"{GOLDEN}/{name}"
 
 
 def _answer_scores(

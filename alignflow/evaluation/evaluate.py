@@ -14,6 +14,7 @@ from typing import Any
 
 from alignflow.data.checks import as_text, check_record
 from alignflow.data.normalize import RowError, normalize_row
+from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
 from alignflow.evaluation.kl import sampled_kl
@@ -106,11 +107,11 @@ def evaluate_reward_regression(
     predicted = _raw(scorer)([r["prompt"] for r in rated], [r["completion"] for r in rated])
     truth = [float(r["score"]) for r in rated]
     metrics: dict[str, float | None] = {
-        "eval/reward_mse": mean([(p - t) ** 2 for p, t in zip(predicted, truth, strict=True)]),
-        "eval/reward_ratings": float(len(rated)),
+        names.REWARD_MSE: mean([(p - t) ** 2 for p, t in zip(predicted, truth, strict=True)]),
+        names.REWARD_RATINGS: float(len(rated)),
     }
     if len(set(truth)) > 1 and len(set(predicted)) > 1:
-        metrics["eval/reward_spearman"] = float(
+        metrics[names.REWARD_SPEARMAN] = float(
             pd.Series(predicted).corr(pd.Series(truth), method="spearman")
         )
     return EvalReport(metrics=metrics, series={"reward/rated": list(predicted)})
@@ -152,9 +153,9 @@ def _win_rates(
     metrics: dict[str, float | None] = {}
     for judge in judges:
         rate = win_rate(judge.compare(prompts, ours, theirs, metadata))
-        metrics[f"eval/{judge.name}/win_rate_vs_{against}"] = rate
+        metrics[names.win_rate_key(names.EVAL, judge.name, against)] = rate
         if judge.name == primary:
-            metrics[f"eval/win_rate_vs_{against}"] = rate
+            metrics[names.win_rate_key(names.EVAL, None, against)] = rate
     return metrics
 
 
@@ -182,30 +183,30 @@ def evaluate_policy_completions(
     if scorer is not None:
         policy_scores, reference_scores = scorer(prompts, policy), scorer(prompts, reference)
         series |= {"reward/policy": list(policy_scores), "reward/reference": list(reference_scores)}
-        metrics["eval/reward_mean"] = mean(policy_scores)
-        metrics["eval/reference_reward_mean"] = mean(reference_scores)
+        metrics[names.REWARD_MEAN] = mean(policy_scores)
+        metrics[names.REFERENCE_REWARD_MEAN] = mean(reference_scores)
         metrics |= RewardStats.of(_raw(scorer)(prompts, policy)).as_metrics()
         pairs = held_out_pairs(pair_records, config.max_pairs)
         if pairs:
             chosen, rejected = score_pairs(scorer, pairs)
-            metrics["eval/normalised_reward"] = normalised_mean_reward(policy_scores, chosen, rejected)
+            metrics[names.NORMALISED_REWARD] = normalised_mean_reward(policy_scores, chosen, rejected)
     lengths = completion_lengths(policy, tokenizer)
     reference_lengths = completion_lengths(reference, tokenizer)
     series |= {
         "length/policy": [float(x) for x in lengths],
         "length/reference": [float(x) for x in reference_lengths],
     }
-    metrics["eval/length_mean"] = mean(lengths)
-    metrics["eval/reference_length_mean"] = mean(reference_lengths)
-    metrics["eval/length_growth_ratio"] = length_growth_ratio(lengths, reference_lengths)
+    metrics[names.LENGTH_MEAN] = mean(lengths)
+    metrics[names.REFERENCE_LENGTH_MEAN] = mean(reference_lengths)
+    metrics[names.LENGTH_GROWTH_RATIO_EVAL] = length_growth_ratio(lengths, reference_lengths)
     accuracy = answer_accuracy(policy, metadata)
     reference_accuracy = answer_accuracy(reference, metadata)
-    metrics["eval/task_accuracy"] = accuracy
-    metrics["eval/reference_task_accuracy"] = reference_accuracy
+    metrics[names.TASK_ACCURACY_EVAL] = accuracy
+    metrics[names.REFERENCE_TASK_ACCURACY_EVAL] = reference_accuracy
     if accuracy is not None and reference_accuracy is not None:
-        metrics["eval/task_accuracy_gain"] = accuracy - reference_accuracy
+        metrics[names.TASK_ACCURACY_GAIN_EVAL] = accuracy - reference_accuracy
     if champion is not None:
-        metrics["eval/champion_task_accuracy"] = answer_accuracy(champion, metadata)
+        metrics[names.CHAMPION_TASK_ACCURACY_EVAL] = answer_accuracy(champion, metadata)
     samples = [
         {"prompt": as_text(p), "policy": a, "reference": b}
         | ({"champion": champion[i]} if champion is not None else {})
@@ -255,7 +256,7 @@ def evaluate_policy(
     )
     if config.kl_samples:
         kl_prompts = [prompts[i % len(prompts)] for i in range(config.kl_samples)]
-        report.metrics["eval/kl_to_reference"] = sampled_kl(
+        report.metrics[names.KL_TO_REFERENCE] = sampled_kl(
             policy, reference, tokenizer, kl_prompts, config.max_new_tokens, config.batch_size, config.seed
         )
     return report

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from alignflow.data.demo import task_accuracy
+from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.prompting import completion_text
 
@@ -55,10 +56,10 @@ def reward_model_metrics(
     """Accuracy, mean margin and calibration (ECE) of a reward model on held-out pairs."""
     report = pairwise_report(chosen_scores, rejected_scores)
     return {
-        "eval/reward_accuracy": report.accuracy,
-        "eval/reward_margin": report.margin_mean,
-        "eval/reward_ece": report.ece,
-        "eval/reward_pairs": float(report.n_pairs),
+        names.REWARD_ACCURACY_EVAL: report.accuracy,
+        names.REWARD_MARGIN_EVAL: report.margin_mean,
+        names.CALIBRATION_ERROR: report.ece,
+        names.REWARD_PAIRS_EVAL: float(report.n_pairs),
     }
 
 

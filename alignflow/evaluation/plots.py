@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from alignflow.evaluation.metric_names import EVAL  # noqa: E402
 from alignflow.evaluation.report import EvalReport  # noqa: E402
 
 
@@ -91,7 +92,7 @@ def report_plots(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
             "tokens",
         )
     rates = {
-        k.removeprefix("eval/"): v for k, v in report.metrics.items() if "win_rate" in k and v is not None
+        k.removeprefix(f"{EVAL}/"): v for k, v in report.metrics.items() if "win_rate" in k and v is not None
     }
     if rates:
         plots["win_rates"] = plot_win_rates(rates, out_dir / "win_rates.png")

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-POLICY_REWARD_MEAN = "eval/policy_reward_mean"
-POLICY_REWARD_STD = "eval/policy_reward_std"
-POLICY_REWARD_N = "eval/policy_reward_n"
+from alignflow.evaluation.metric_names import POLICY_REWARD_MEAN, POLICY_REWARD_N, POLICY_REWARD_STD
 
 
 @dataclass(frozen=True)

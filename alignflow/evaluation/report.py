@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from alignflow.evaluation.intervals import is_bound_key
+from alignflow.evaluation.metric_names import GOLDEN
 from alignflow.registry.tracking import log_metrics
 
 
@@ -44,7 +45,7 @@ def _cell(value: Any) -> str:
 def _side_by_side(metrics: dict[str, float | None]) -> list[str]:
     """Pinned-set figures (with their intervals) beside the same figure on this run's eval split."""
     names = sorted(
-        k.removeprefix("golden/") for k in metrics if k.startswith("golden/") and not is_bound_key(k)
+        k.removeprefix(f"{GOLDEN}/") for k in metrics if k.startswith(f"{GOLDEN}/") and not is_bound_key(k)
     )
     if not names:
         return []

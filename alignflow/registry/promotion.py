@@ -23,21 +23,23 @@ from typing import Literal
 from mlflow import MlflowClient
 
 from alignflow.evaluation.intervals import BOUND_SUFFIXES
+from alignflow.evaluation.metric_names import (
+    ANSWERS,
+    CALIBRATION_ERROR,
+    GOLDEN,
+    HUMAN_SCORE_GAIN,
+    INDEPENDENT_JUDGES,
+    KL_TO_REFERENCE,
+    LENGTH_GROWTH_RATIO,
+    LENGTH_GROWTH_VS_CHAMPION,
+    REWARD_ACCURACY,
+    REWARD_ACCURACY_VS_CHAMPION,
+    TASK_ACCURACY_GAIN,
+    TASK_ACCURACY_VS_CHAMPION,
+    win_rate_key,
+)
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.promotion_config import PromotionConfig
-
-# metric keys shared with alignflow.evaluation (pinned-set figures carry /low, /high and /n)
-TASK_ACCURACY_GAIN = "golden/task_accuracy_gain"
-TASK_ACCURACY_VS_CHAMPION = "golden/task_accuracy_vs_champion"
-LENGTH_GROWTH_RATIO = "golden/length_growth_ratio"
-LENGTH_GROWTH_VS_CHAMPION = "golden/length_growth_vs_champion"
-REWARD_ACCURACY = "golden/reward_accuracy"
-REWARD_ACCURACY_VS_CHAMPION = "golden/reward_accuracy_vs_champion"
-ANSWERS = "golden/answers"
-KL_TO_REFERENCE = "eval/kl_to_reference"
-CALIBRATION_ERROR = "eval/reward_ece"
-INDEPENDENT_JUDGES = "promotion/independent_judges"
-HUMAN_SCORE_GAIN = "human/score_gain_vs_champion"  # live ratings: challenger mean - champion mean
 
 # preference judges; "reward" is the challenger's own reward model and must earn its place
 OWN_REWARD_JUDGE = "reward"
@@ -58,10 +60,6 @@ Op = Literal[">=", "<=", ">"]
 Bound = Literal["low", "high", "value"]
 BOUND_NAMES: dict[str, str] = {"low": "lower bound", "high": "upper bound", "value": "value"}
 Role = Literal["policy", "reward"]
-
-
-def win_rate_metric(judge: str, against: str) -> str:
-    return f"golden/{judge}/win_rate_vs_{against}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ class PromotionDecision:
 
 def trusted_judges(metrics: Mapping[str, float], own_reward_trusted: bool) -> list[str]:
     """Preference judges whose verdicts on the pinned set may decide a policy's promotion."""
-    present = {k.split("/")[1] for k in metrics if k.startswith("golden/") and "/win_rate_vs_" in k}
+    present = {k.split("/")[1] for k in metrics if k.startswith(f"{GOLDEN}/") and "/win_rate_vs_" in k}
     allowed = [*OUTSIDE_JUDGES, *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
     return [j for j in allowed if j in present]
 
@@ -156,7 +154,7 @@ def _policy_gates(
             gates.append(
                 (
                     f"{judge}_win_rate_vs_champion",
-                    win_rate_metric(judge, "champion"),
+                    win_rate_key(GOLDEN, judge, "champion"),
                     ">=",
                     config.min_win_rate_vs_champion,
                     "low",
@@ -166,7 +164,7 @@ def _policy_gates(
             gates.append(
                 (
                     f"{judge}_beats_reference",
-                    win_rate_metric(judge, "reference"),
+                    win_rate_key(GOLDEN, judge, "reference"),
                     ">",
                     config.min_win_rate_vs_reference,
                     "low",

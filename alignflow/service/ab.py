@@ -44,7 +44,7 @@ def online_out(scores: list[float]) -> OnlineOut:
 def human_metrics(scores: dict[str, list[float]], challenger: str, champion: str) -> dict[str, float]:
     """The human gate's metric (with its bounds and n) for ``challenger`` against ``champion``."""
     from alignflow.evaluation.intervals import put_estimate
-    from alignflow.registry.promotion import HUMAN_SCORE_GAIN
+    from alignflow.evaluation.metric_names import HUMAN_SCORE_GAIN
 
     metrics: dict[str, float | None] = {}
     gain = welch_difference(scores.get(challenger, []), scores.get(champion, []))

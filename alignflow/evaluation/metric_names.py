@@ -1,0 +1,72 @@
+"""Every metric name that one module writes and another reads, in one place.
+
+Scopes: ``eval/`` the held-out split, ``golden/`` the pinned set (with ``/low``, ``/high``
+and ``/n`` beside each estimate), ``human/`` live ratings from the feedback service,
+``promotion/`` the gate machinery, ``train/`` the trainers' own logs. Producers (the
+evaluation stage, the reward stage, the challenger evaluation) and consumers (promotion
+gates, the run summary, the label check, the estimate of a training request) import these
+names instead of spelling them.
+"""
+
+from __future__ import annotations
+
+EVAL, GOLDEN, HUMAN, PROMOTION, TRAIN = "eval", "golden", "human", "promotion", "train"
+
+
+def eval_key(name: str) -> str:
+    return f"{EVAL}/{name}"
+
+
+def golden_key(name: str) -> str:
+    return f"{GOLDEN}/{name}"
+
+
+def win_rate_key(scope: str, judge: str | None, against: str) -> str:
+    """``<scope>/<judge>/win_rate_vs_<against>``; without a judge, the primary judge's rate."""
+    return f"{scope}/{judge}/win_rate_vs_{against}" if judge else f"{scope}/win_rate_vs_{against}"
+
+
+# ---- the held-out split (evaluation stage)
+REWARD_ACCURACY_EVAL = eval_key("reward_accuracy")
+REWARD_MARGIN_EVAL = eval_key("reward_margin")
+CALIBRATION_ERROR = eval_key("reward_ece")
+REWARD_PAIRS_EVAL = eval_key("reward_pairs")
+REWARD_MSE = eval_key("reward_mse")
+REWARD_RATINGS = eval_key("reward_ratings")
+REWARD_SPEARMAN = eval_key("reward_spearman")
+REWARD_MEAN = eval_key("reward_mean")
+REFERENCE_REWARD_MEAN = eval_key("reference_reward_mean")
+NORMALISED_REWARD = eval_key("normalised_reward")
+LENGTH_MEAN = eval_key("length_mean")
+REFERENCE_LENGTH_MEAN = eval_key("reference_length_mean")
+LENGTH_GROWTH_RATIO_EVAL = eval_key("length_growth_ratio")
+TASK_ACCURACY_EVAL = eval_key("task_accuracy")
+REFERENCE_TASK_ACCURACY_EVAL = eval_key("reference_task_accuracy")
+TASK_ACCURACY_GAIN_EVAL = eval_key("task_accuracy_gain")
+CHAMPION_TASK_ACCURACY_EVAL = eval_key("champion_task_accuracy")
+KL_TO_REFERENCE = eval_key("kl_to_reference")
+POLICY_REWARD_MEAN = eval_key("policy_reward_mean")
+POLICY_REWARD_STD = eval_key("policy_reward_std")
+POLICY_REWARD_N = eval_key("policy_reward_n")
+
+# ---- the reward stage's own held-out report (calibration.PairwiseReport.as_metrics("eval/"))
+REWARD_STAGE_ACCURACY = eval_key("accuracy")
+REWARD_STAGE_ECE = eval_key("ece")
+REWARD_STAGE_MARGIN = eval_key("margin_mean")
+REWARD_STAGE_TRAIN_ACCURACY = f"{TRAIN}/accuracy"
+
+# ---- the pinned set (challenger evaluation; promotion gates read these)
+ANSWERS = golden_key("answers")
+TASK_ACCURACY = golden_key("task_accuracy")
+REFERENCE_TASK_ACCURACY = golden_key("reference_task_accuracy")
+CHAMPION_TASK_ACCURACY = golden_key("champion_task_accuracy")
+TASK_ACCURACY_GAIN = golden_key("task_accuracy_gain")
+TASK_ACCURACY_VS_CHAMPION = golden_key("task_accuracy_vs_champion")
+LENGTH_GROWTH_RATIO = golden_key("length_growth_ratio")
+LENGTH_GROWTH_VS_CHAMPION = golden_key("length_growth_vs_champion")
+REWARD_ACCURACY = golden_key("reward_accuracy")
+REWARD_ACCURACY_VS_CHAMPION = golden_key("reward_accuracy_vs_champion")
+
+# ---- live feedback and the gates
+HUMAN_SCORE_GAIN = f"{HUMAN}/score_gain_vs_champion"  # live ratings: challenger mean - champion mean
+INDEPENDENT_JUDGES = f"{PROMOTION}/independent_judges"
