@@ -28,6 +28,8 @@ CHAMPION = "champion"
 BASE_MODEL_TAG = "base_model"
 MODEL_KIND_TAG = "alignflow.kind"
 ROLES = ("policy", "reward")
+SIDECAR_GLOB = "alignflow_*.json"  # what alignflow saves beside weights (the reward model's meta)
+SIDECARS_KEY = "alignflow.sidecars"
 
 
 def registered_name(project: str, role: str) -> str:
@@ -120,7 +122,11 @@ def log_model(
         raise RuntimeError("log_model needs an active MLflow run (start a stage run first)")
     task = infer_task(model_dir)
     base = base_model_reference(model_dir)
-    metadata = {"alignflow.source_dir": str(model_dir), **({BASE_MODEL_TAG: base} if base else {})}
+    metadata = {
+        "alignflow.source_dir": str(model_dir),
+        **({BASE_MODEL_TAG: base} if base else {}),
+        **({SIDECARS_KEY: sidecars} if (sidecars := read_sidecars(model_dir)) else {}),
+    }
     # a model built offline has no hub card or licence; MLflow warns about both, every time
     with logger_level("mlflow.transformers", logging.ERROR):
         info = mlflow.transformers.log_model(
@@ -198,7 +204,9 @@ def load_components(tracking_uri: str, name: str, alias_or_version: str) -> dict
 def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst: str | Path) -> Path | None:
     """A local directory with the saved weights + tokenizer of a registered version, or None.
 
-    Stages that take model *paths* (TRL's trainers, the reward scorer) load from here.
+    Stages that take model *paths* (TRL's trainers, the reward scorer) load from here; the
+    sidecar files logged with the model (a reward model's normalisation and pooling) come back
+    beside the weights.
     """
     components = load_components(tracking_uri, name, alias_or_version)
     if components is None:
@@ -207,4 +215,13 @@ def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst:
     dst.mkdir(parents=True, exist_ok=True)
     components["model"].save_pretrained(dst, safe_serialization=True)
     components["tokenizer"].save_pretrained(dst)
+    sep = "/" if alias_or_version.isdigit() else "@"
+    info = mlflow.models.get_model_info(f"models:/{name}{sep}{alias_or_version}")
+    for filename, content in ((info.metadata or {}).get(SIDECARS_KEY) or {}).items():
+        (dst / filename).write_text(json.dumps(content, indent=2), encoding="utf-8")
     return dst
+
+
+def read_sidecars(model_dir: Path) -> dict[str, Any]:
+    """The ``alignflow_*.json`` files beside a model's weights, by name (logged in its metadata)."""
+    return {path.name: _read_json(path) for path in sorted(model_dir.glob(SIDECAR_GLOB))}
