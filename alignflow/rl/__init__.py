@@ -1,8 +1,7 @@
 """The research API: environments, reward models, PPO, DPO, forward-backward, objectives.
 
 Names are resolved lazily (PEP 562) so that ``import alignflow.rl`` stays cheap. The tensor
-math (log-probs, entropy, whitening) lives in :mod:`alignflow.losses.functional`, below this
-package, and is re-exported here under the names the spec uses.
+math (log-probs, entropy, whitening) lives in :mod:`alignflow.losses`, below this package.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ _EXPORTS = {
         "OptimStepOutput",
         "AsyncTrainingFuture",
     ],
+    "alignflow.rl.ppo_config": ["PPOConfig"],
     "alignflow.rl.ppo": [
-        "PPOConfig",
         "PPOTrainer",
         "PPOModel",
         "ValueHead",
@@ -45,13 +44,5 @@ _EXPORTS = {
         "RewardModelTrainer",
     ],
     "alignflow.rl.dpo": ["DPOConfig", "DPOTrainer"],
-    "alignflow.losses.functional": [
-        "logprobs_from_logits",
-        "entropy_from_logits",
-        "masked_mean",
-        "masked_var",
-        "whiten",
-        "sequence_logprobs",
-    ],
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
