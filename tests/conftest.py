@@ -80,3 +80,26 @@ def tiny_model_dir(tmp_path_factory, demo_records) -> Path:
 
     texts = [f"{r['prompt']} {r['chosen']} {r['rejected']}" for r in demo_records]
     return build_tiny_model(texts, tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture()
+def toy_stage():
+    """The toy policy algorithm of ``tests/training/toy_algorithm.py``, registered for one test."""
+    from alignflow.training.registry import register_stage, unregister_stage
+    from tests.training.toy_algorithm import TOY
+
+    register_stage(TOY)
+    yield TOY
+    unregister_stage(TOY.name)
+
+
+@pytest.fixture(scope="session")
+def reward_model_dir(tiny_model_dir, tmp_path_factory):
+    """A scalar-head classifier on the tiny backbone (untrained): the shape of a reward model."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("reward-model")
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out

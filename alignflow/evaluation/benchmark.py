@@ -355,24 +355,6 @@ def prompt_rows(benchmark: Benchmark, limit: int) -> tuple[list[Any], list[Any]]
     return golden_prompts(benchmark.records, limit)
 
 
-def _generate(
-    model_and_tokenizer: tuple[Any, Any], prompts: list[Any], config: EvaluationConfig
-) -> list[str]:
-    from alignflow.models.prompting import generate
-
-    model, tokenizer = model_and_tokenizer
-    return generate(
-        model,
-        tokenizer,
-        prompts,
-        max_new_tokens=config.max_new_tokens,
-        do_sample=config.do_sample,
-        temperature=config.temperature,
-        batch_size=config.batch_size,
-        seed=config.seed,
-    )
-
-
 def same_vocabulary(a: Any, b: Any) -> bool:
     """KL between two policies is defined token by token: only over one shared vocabulary."""
     return a.get_vocab() == b.get_vocab()
@@ -395,11 +377,12 @@ def _against_figures(
     """Policy vs --against: the pinned-set comparison (every figure with its interval),
     named for this command, and KL where the two models share a vocabulary."""
     from alignflow.evaluation.challenger import judge_policy_completions
+    from alignflow.evaluation.evaluate import generate_answers
     from alignflow.evaluation.kl import sampled_kl
     from alignflow.evaluation.metric_names import golden_key
 
     config = run.config
-    theirs = _generate(run.against, prompts, config)
+    theirs = generate_answers(*run.against, prompts, config)
     judged = judge_policy_completions(
         prompts, answers, ours, theirs, None, run.judges, None, answer_score, config.seed, config.num_samples
     )
@@ -447,11 +430,13 @@ def evaluate_policy_benchmark(run: PolicyRun, benchmark: Benchmark) -> dict[str,
     """The ``eval policy`` report: the policy answers every distinct prompt (and the opponent
     too, with ``against``); win rates per judge and task accuracy with 95% intervals,
     length and, when both share a vocabulary, KL(policy || against)."""
+    from alignflow.evaluation.evaluate import generate_answers
+
     config = run.config
     prompts, answers = prompt_rows(benchmark, config.max_prompts)
     if not prompts:
         raise ValueError(f"{benchmark.path}: no valid rows with a prompt to answer")
-    ours = _generate(run.policy, prompts, config)
+    ours = generate_answers(*run.policy, prompts, config)
     notes: list[str] = []
     if run.against is not None:
         metrics, samples = _against_figures(run, prompts, answers, ours, notes)

@@ -216,7 +216,8 @@ def evaluate_policy_completions(
     return EvalReport(metrics=metrics, samples=samples, series=series, info={"eval_prompts": len(prompts)})
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[Any], config: EvaluationConfig) -> list[str]:
+def generate_answers(model: Any, tokenizer: Any, prompts: list[Any], config: EvaluationConfig) -> list[str]:
+    """Completions with the evaluation's decoding settings (greedy unless the config samples)."""
     return generate(
         model,
         tokenizer,
@@ -248,9 +249,9 @@ def evaluate_policy(
     if not rows:
         raise ValueError("no held-out prompts to evaluate the policy on")
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
-    ours = _generate(policy, tokenizer, prompts, config)
-    theirs = _generate(reference, tokenizer, prompts, config)
-    best = _generate(champion[0], champion[1], prompts, config) if champion is not None else None
+    ours = generate_answers(policy, tokenizer, prompts, config)
+    theirs = generate_answers(reference, tokenizer, prompts, config)
+    best = generate_answers(champion[0], champion[1], prompts, config) if champion is not None else None
     report = evaluate_policy_completions(
         prompts, metadata, ours, theirs, best, scorer, None, config, tokenizer, pair_records=records
     )
@@ -306,7 +307,7 @@ def evaluate_on_golden(
         judges = independent_judges(config, scorer, champion_scorer)
 
         def complete(model: Any, tokenizer: Any, prompts: list[Any]) -> list[str]:
-            return _generate(model, tokenizer, prompts, config)
+            return generate_answers(model, tokenizer, prompts, config)
 
         report = report.merge(
             judge_on_golden(golden_records, complete, policy, reference, champion, judges, config)

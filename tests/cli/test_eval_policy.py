@@ -25,16 +25,6 @@ def other_policy_dir(tiny_model_dir, tmp_path_factory):
     return init_tiny_model(tokenizer, tmp_path_factory.mktemp("other-policy"), ModelSpec(seed=1))
 
 
-@pytest.fixture(scope="module")
-def reward_model_dir(tiny_model_dir, tmp_path_factory):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("reward-model")
-    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
 @pytest.fixture
 def prompts_file(tmp_path):
     rows = [{"prompt": f"What is {i} plus {i + 2}?", "answer": 2 * i + 2} for i in range(10)]
@@ -81,21 +71,8 @@ def test_policy_against_another_with_two_judges(
 
 def test_policy_alone_reports_task_accuracy(tiny_model_dir, prompts_file, tmp_path):
     out = tmp_path / "out"
-    result = runner.invoke(
-        app,
-        [
-            "eval",
-            "policy",
-            "--model",
-            str(tiny_model_dir),
-            "--data",
-            str(prompts_file),
-            "--output",
-            str(out),
-            *QUICK,
-        ],
-        catch_exceptions=False,
-    )
+    args = ["eval", "policy", "--model", str(tiny_model_dir), "--data", str(prompts_file)]
+    result = runner.invoke(app, [*args, "--output", str(out), *QUICK], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     m = json.loads((out / "report.json").read_text())["metrics"]
     assert m["task_accuracy/n"] == 11.0 and m["answers"] == 11.0
@@ -103,17 +80,8 @@ def test_policy_alone_reports_task_accuracy(tiny_model_dir, prompts_file, tmp_pa
 
 
 def test_reward_judge_without_a_reward_model_is_a_usage_error(tiny_model_dir, prompts_file):
-    args = [
-        "eval",
-        "policy",
-        "--model",
-        str(tiny_model_dir),
-        "--data",
-        str(prompts_file),
-        "--judge",
-        "reward",
-    ]
-    assert runner.invoke(app, args).exit_code == 2
+    args = ["eval", "policy", "--model", str(tiny_model_dir), "--data", str(prompts_file)]
+    assert runner.invoke(app, [*args, "--judge", "reward"]).exit_code == 2
 
 
 @pytest.mark.slow

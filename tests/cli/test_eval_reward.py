@@ -15,18 +15,6 @@ from alignflow.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def reward_model_dir(tiny_model_dir, tmp_path_factory):
-    """A scalar-head classifier on the tiny backbone: the shape of a trained reward model."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("reward-model")
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
-    model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
 def _invoke(*args: str):
     return runner.invoke(app, ["eval", "reward", *args], catch_exceptions=False)
 

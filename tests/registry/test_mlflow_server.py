@@ -8,18 +8,6 @@ from alignflow.registry import models, promotion, runs
 from tests.registry.conftest import pinned_metrics
 
 
-@pytest.fixture(scope="module")
-def reward_model_dir(tiny_model_dir, tmp_path_factory):
-    """A scalar-head classifier on the tiny backbone: the shape of a trained reward model."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("reward-model")
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
-    model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
 @pytest.mark.slow
 def test_pipeline_runs_artifacts_and_both_models_over_rest(
     mlflow_server, tiny_model_dir, reward_model_dir, tmp_path
