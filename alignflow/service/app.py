@@ -90,6 +90,20 @@ def agent_access(agent_id: AgentId, who: Annotated[Principal, Depends(principal)
     return agent_id
 
 
+async def feedback_principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+) -> Principal:
+    """:func:`principal` on the event loop: the write path's token is almost always remembered
+    (Store.find_token), so no thread hop per request."""
+    return authenticate(request, credentials)
+
+
+async def feedback_access(agent_id: AgentId, who: Annotated[Principal, Depends(feedback_principal)]) -> str:
+    """:func:`agent_access` for the feedback write path (same checks, same order)."""
+    require_agent(who, agent_id)
+    return agent_id
+
+
 def _field_name(loc: tuple) -> str:
     parts = [str(p) for i, p in enumerate(loc) if not (i == 1 and loc[0] == "body" and p in _UNION_TAGS)]
     return ".".join(parts)
@@ -232,10 +246,9 @@ def create_app(
     )
     async def submit_feedback(
         body: FeedbackIn,
-        response: Response,
-        agent_id: Annotated[str, Depends(agent_access)],
+        agent_id: Annotated[str, Depends(feedback_access)],
         idempotency_key: IdempotencyKey = None,
-    ) -> FeedbackOut:
+    ) -> Response:
         """Store a rating (prompt, response, score) or a comparison (prompt, chosen, rejected).
 
         The row goes to the group-commit writer; the answer waits for its commit, so an
@@ -249,10 +262,12 @@ def create_app(
             raise HTTPException(
                 status.HTTP_409_CONFLICT, "Idempotency-Key was already used with a different request body"
             ) from exc
+        # serialised here (FeedbackOut, by alias, as response_model would) to skip a second validation
+        answer = Response(_feedback_out(row).model_dump_json(by_alias=True), media_type="application/json")
+        answer.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         if not created:
-            response.status_code = status.HTTP_200_OK
-            response.headers["Idempotent-Replayed"] = "true"
-        return _feedback_out(row)
+            answer.headers["Idempotent-Replayed"] = "true"
+        return answer
 
     @app.post(
         "/api/policies/train_policy/{agent_id:path}",

@@ -13,6 +13,7 @@ import logging
 import math
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -188,9 +189,12 @@ class FeedbackStats:
 class Store:
     """The service's queries; one short session per call."""
 
+    TOKEN_TTL_S = 1.0  # how long a token found in the database is trusted without asking again
+
     def __init__(self, engine: Engine):
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._tokens: dict[str, tuple[float, ApiToken]] = {}
 
     def session(self) -> Session:
         return self._sessions()
@@ -204,10 +208,20 @@ class Store:
                 session.add(ApiToken(token_hash=hash_token(token), name=name, agents=agents))
             else:
                 row.name, row.agents = name, agents
+        self._tokens.pop(hash_token(token), None)
 
     def find_token(self, token: str) -> ApiToken | None:
+        """The token's row; a known token is remembered for TOKEN_TTL_S (a write path under load
+        would otherwise read it once per request). Unknown tokens are never remembered."""
+        key = hash_token(token)
+        cached = self._tokens.get(key)
+        if cached is not None and time.monotonic() - cached[0] < self.TOKEN_TTL_S:
+            return cached[1]
         with self.session() as session:
-            return session.get(ApiToken, hash_token(token))
+            row = session.get(ApiToken, key)
+        if row is not None:
+            self._tokens[key] = (time.monotonic(), row)
+        return row
 
     # -- feedback -------------------------------------------------------------------------
     def add_feedback(
