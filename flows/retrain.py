@@ -21,7 +21,7 @@ from prefect.deployments import run_deployment
 
 from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
-from alignflow.data.label_check import LabelDisagreement
+from alignflow.evaluation.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, trained_on
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run

@@ -32,8 +32,8 @@ def version_data(
     config = pipeline_config(config_json)
 
     def call() -> dict[str, Any]:
-        from alignflow.data.label_check import label_guard
         from alignflow.data.pipeline import add_dataset
+        from alignflow.evaluation.label_check import label_guard
 
         guard = None
         if label_judge and config.data.label_check_max_gap is not None:

@@ -66,7 +66,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
 
         from alignflow.evaluation.evaluate import evaluate_paths
         from alignflow.evaluation.plots import report_plots
-        from alignflow.evaluation.report import log_report
+        from alignflow.registry.tracking import log_report
 
         progress.note("generating and judging completions: policy, reference, champion")
         report = evaluate_paths(

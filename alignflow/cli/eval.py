@@ -79,7 +79,7 @@ def _read(data: Path, cfg, max_rows: int | None, fmt: str | None, name: str | No
 
 
 def _resolve(ref: str, uri: str, work_dir: str):
-    from alignflow.evaluation.benchmark import resolve_model
+    from alignflow.registry.evaluations import resolve_model
 
     try:
         return resolve_model(ref, uri, work_dir)
@@ -143,7 +143,8 @@ def _default_output(kind: str, benchmark: str) -> Path:
 
 def _finish(report: dict[str, Any], bench, model, output: Path | None, uri: str, track: bool) -> None:
     """Write the report files, log them to MLflow when asked, print where everything went."""
-    from alignflow.evaluation.benchmark import log_benchmark_run, write_benchmark_report
+    from alignflow.evaluation.benchmark import write_benchmark_report
+    from alignflow.registry.evaluations import log_benchmark_run
 
     for note in report.get("notes") or []:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)

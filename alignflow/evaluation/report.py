@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field
 
 from alignflow.evaluation.intervals import is_bound_key
 from alignflow.evaluation.metric_names import GOLDEN
-from alignflow.registry.tracking import log_metrics
 
 
 class EvalReport(BaseModel):
@@ -97,24 +96,3 @@ def samples_table(report: EvalReport) -> dict[str, list[Any]]:
     """Sample completions as columns, the shape ``mlflow.log_table(data=...)`` takes."""
     columns = list(report.samples[0]) if report.samples else []
     return {c: [row.get(c) for row in report.samples] for c in columns}
-
-
-def log_report(
-    report: EvalReport, out_dir: str | Path, plots: dict[str, Path] | None = None
-) -> dict[str, Path]:
-    """Write the report and log it (metrics, files, plots, sample table) to the active run.
-
-    Without an active MLflow run only the files are written.
-    """
-    import mlflow
-
-    paths = write_report(report, out_dir)
-    log_metrics(report.gate_metrics())
-    if mlflow.active_run() is not None:
-        for path in paths.values():
-            mlflow.log_artifact(str(path), "eval")
-        for path in (plots or {}).values():
-            mlflow.log_artifact(str(path), "plots")
-        if report.samples:
-            mlflow.log_table(data=samples_table(report), artifact_file="eval/samples.json")
-    return paths

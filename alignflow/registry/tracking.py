@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -65,3 +66,25 @@ def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
 def set_tags(tags: Mapping[str, Any]) -> None:
     if active():
         mlflow.set_tags({sanitize_name(k): str(v)[:MAX_PARAM_VALUE] for k, v in tags.items()})
+
+
+def log_report(
+    report: Any, out_dir: str | Path, plots: dict[str, Path] | None = None
+) -> dict[str, Path]:
+    """Write an :class:`~alignflow.evaluation.report.EvalReport` and log it (metrics, files,
+    plots, sample table) to the active run.
+
+    Without an active MLflow run only the files are written.
+    """
+    from alignflow.evaluation.report import samples_table, write_report
+
+    paths = write_report(report, out_dir)
+    log_metrics(report.gate_metrics())
+    if mlflow.active_run() is not None:
+        for path in paths.values():
+            mlflow.log_artifact(str(path), "eval")
+        for path in (plots or {}).values():
+            mlflow.log_artifact(str(path), "plots")
+        if report.samples:
+            mlflow.log_table(data=samples_table(report), artifact_file="eval/samples.json")
+    return paths

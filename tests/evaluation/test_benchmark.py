@@ -105,14 +105,6 @@ def test_answer_score_numbers_and_text():
     assert benchmark.answer_score("It is Parisian.", "Paris") == 0.0
 
 
-def test_parse_registered_refs():
-    assert benchmark.parse_registered("models:/demo-reward@champion") == ("demo-reward", "champion")
-    assert benchmark.parse_registered("models:/demo-reward/3") == ("demo-reward", "3")
-    assert benchmark.parse_registered("outputs/reward") is None
-    with pytest.raises(ValueError, match="models:/NAME@ALIAS"):
-        benchmark.parse_registered("models:/")
-
-
 def test_evaluate_reward_model_normalises_raw_rows_and_names_a_bad_one():
     """The Python API used to raise a bare TypeError on a boolean response."""
     hh = {"chosen": "\n\nHuman: hi\n\nAssistant: hello there", "rejected": "\n\nHuman: hi\n\nAssistant: go"}

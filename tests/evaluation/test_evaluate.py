@@ -10,11 +10,12 @@ from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import RewardModelJudge
 from alignflow.evaluation.kl import completion_logprobs
-from alignflow.evaluation.report import EvalReport, log_report, read_report, samples_table, write_report
+from alignflow.evaluation.report import EvalReport, read_report, samples_table, write_report
 from alignflow.losses.functional import sequence_logprobs
 from alignflow.models import load_causal_lm
 from alignflow.models.prompting import format_prompt
 from alignflow.registry import promotion
+from alignflow.registry.tracking import log_report
 
 
 def answer_scorer(answers):

@@ -6,14 +6,14 @@ import re
 import pytest
 
 from alignflow.data.demo import iter_demo_pairs
-from alignflow.data.label_check import (
+from alignflow.evaluation.intervals import wilson
+from alignflow.evaluation.label_check import (
     LABEL_DISAGREEMENT,
     LabelCheck,
     LabelDisagreement,
     check_label_agreement,
     label_guard,
 )
-from alignflow.evaluation.intervals import wilson
 
 CHAMPION_ACCURACY, MAX_GAP = 0.95, 0.1  # at least 0.85 agreement expected
 

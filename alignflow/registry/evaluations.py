@@ -1,0 +1,168 @@
+"""Evaluations of registered models: resolving ``models:/NAME@ALIAS`` for ``alignflow eval`` and
+logging a benchmark report as an evaluation run linked to the version's logged model (MLflow 3),
+so the registry shows how each version did on each benchmark.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alignflow.evaluation.benchmark import Benchmark, benchmark_info
+from alignflow.registry.models import download_model_dir
+from alignflow.registry.tracking import sanitize_name
+
+_REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model named on the command line: a local folder or a registered version."""
+
+    ref: str
+    path: str
+    name: str | None = None
+    version: str | None = None
+    model_id: str | None = None
+
+    @property
+    def registered(self) -> bool:
+        return self.name is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_registered(ref: str) -> tuple[str, str] | None:
+    """``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` -> (name, alias or version); else None."""
+    match = _REGISTERED.fullmatch(ref)
+    if match is None:
+        if ref.startswith("models:/"):
+            raise ValueError(f"{ref!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+        return None
+    return match["name"], match["alias"] or match["version"]
+
+
+def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> ModelRef:
+    """A local folder as it is; a registered version downloaded under ``work_dir``.
+
+    Raises FileNotFoundError when the folder or the version does not exist.
+    """
+    registered = parse_registered(ref)
+    if registered is None:
+        path = Path(ref).expanduser()
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{ref}: not a saved model folder (no config.json)")
+        return ModelRef(ref, str(path))
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+
+    if tracking_uri is None:
+        raise ValueError(
+            f"{ref}: a registered model needs a tracking URI (--tracking-uri or MLFLOW_TRACKING_URI)"
+        )
+    name, which = registered
+    client = MlflowClient(tracking_uri)
+    try:
+        version = (
+            client.get_model_version(name, which)
+            if which.isdigit()
+            else client.get_model_version_by_alias(name, which)
+        )
+    except MlflowException as exc:
+        raise FileNotFoundError(f"{ref}: no such registered model version in {tracking_uri}") from exc
+    target = Path(work_dir) / f"{name}-v{version.version}"
+    path = download_model_dir(tracking_uri, name, str(version.version), target)
+    if path is None:
+        raise FileNotFoundError(f"{ref}: version {version.version} could not be loaded")
+    return ModelRef(ref, str(path), name, str(version.version), logged_model_id(version))
+
+
+def logged_model_id(version: Any) -> str | None:
+    """The logged model (MLflow 3) behind a registered version: its ``model_id`` where the
+    registry stores it, else the ``models:/m-<id>`` source it was registered from (the
+    SQL store keeps only the source)."""
+    if getattr(version, "model_id", None):
+        return version.model_id
+    match = re.fullmatch(r"models:/(m-[0-9a-f]+)", version.source or "")
+    return match.group(1) if match else None
+
+
+def benchmark_dataset(benchmark: Benchmark):
+    """The benchmark as an MLflow dataset (name, digest of the file, where it lives)."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # MLflow registers two equivalent sources for local paths
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(Path(benchmark.path).resolve()))
+    sha = benchmark_info(benchmark)["sha256"] or ""
+    return MetaDataset(source, name=benchmark.name, digest=(sha[:16] or None))
+
+
+def _experiment_of(client: Any, model: ModelRef) -> str | None:
+    """The experiment the version was trained in, so its evaluations sit beside it."""
+    if model.model_id:
+        return client.get_logged_model(model.model_id).experiment_id
+    run_id = client.get_model_version(model.name, model.version).run_id
+    return client.get_run(run_id).info.experiment_id if run_id else None
+
+
+def log_benchmark_run(
+    tracking_uri: str,
+    report: Mapping[str, Any],
+    model: ModelRef,
+    benchmark: Benchmark,
+    files: Mapping[str, Path] | None = None,
+) -> dict[str, Any]:
+    """Log the report as an evaluation run of a registered version.
+
+    The metrics are logged against the version's logged model (``model_id``) and the
+    benchmark dataset, under keys ``<benchmark>/<metric>``, so the logged model lists how it
+    did on every benchmark it met. The version gets an ``eval.<benchmark>.run_id`` tag.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+
+    client = MlflowClient(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment_id = _experiment_of(client, model)
+    if experiment_id is None:
+        experiment_id = mlflow.set_experiment(f"{model.name}-eval").experiment_id
+    bench = sanitize_name(benchmark.name).replace("/", "_")
+    metrics = {
+        sanitize_name(f"{bench}/{k}"): float(v)
+        for k, v in report["metrics"].items()
+        if v is not None and np.isfinite(v)
+    }
+    tags = {
+        "alignflow.eval.kind": report["kind"],
+        "alignflow.eval.benchmark": benchmark.name,
+        "alignflow.eval.model": f"{model.name}/{model.version}",
+    }
+    with mlflow.start_run(
+        experiment_id=experiment_id, run_name=f"eval-{report['kind']}-{bench}", tags=tags
+    ) as run:
+        info = benchmark_info(benchmark)
+        mlflow.log_params(
+            {f"benchmark.{k}": str(v)[:500] for k, v in info.items()} | {"model.version": model.version}
+        )
+        mlflow.log_metrics(metrics, model_id=model.model_id, dataset=benchmark_dataset(benchmark))
+        for path in (files or {}).values():
+            mlflow.log_artifact(str(path), f"eval/{bench}")
+    client.set_model_version_tag(model.name, model.version, f"eval.{bench}.run_id", run.info.run_id)
+    return {
+        "tracking_uri": tracking_uri,
+        "run_id": run.info.run_id,
+        "experiment_id": experiment_id,
+        "model_id": model.model_id,
+        "metric_prefix": f"{bench}/",
+    }
