@@ -2,8 +2,8 @@
 
 The Python API trains through the pipeline's own stages, so its dataclasses are only
 translated, never interpreted a second time: each field becomes the ``section.key`` the
-stage reads (``cliprange`` -> ``ppo.clip_range``, ``batch_size`` ->
-``ppo.per_device_train_batch_size``, ...). Values are written as JSON, which YAML reads
+stage reads (``cliprange`` -> ``ppo.clip_param``, ``batch_size`` ->
+``ppo.batch_size``, ...). Values are written as JSON, which YAML reads
 back unchanged, so a model name or path is never mistaken for a number or a boolean.
 """
 
@@ -90,21 +90,23 @@ def ppo_settings(config: TrainingConfig, reward_dir: str | Path, device: str) ->
             config.mixed_precision,
         ),
         setting("ppo.learning_rate", config.learning_rate),
-        setting("ppo.max_steps", config.max_steps),
-        setting("ppo.per_device_train_batch_size", config.batch_size),
+        setting("ppo.num_iterations", config.max_steps),
+        setting("ppo.batch_size", config.batch_size),
         setting("ppo.mini_batch_size", config.mini_batch_size),
-        setting("ppo.ppo_epochs", config.ppo_epochs),
+        setting("ppo.num_epochs", config.ppo_epochs),
         setting("ppo.gradient_accumulation_steps", config.gradient_accumulation_steps),
-        setting("ppo.init_kl_coef", config.init_kl_coef),
+        setting("ppo.kl_coef", config.init_kl_coef),
         setting("ppo.target_kl", config.target_kl),
         setting("ppo.gamma", config.gamma),
-        setting("ppo.lam", config.lam),
-        setting("ppo.clip_range", config.cliprange),
+        setting("ppo.gae_lambda", config.lam),
+        setting("ppo.clip_param", config.cliprange),
         setting("ppo.value_loss_coef", config.vf_coef),
         setting("ppo.max_new_tokens", config.max_new_tokens),
         setting("ppo.temperature", config.temperature),
         setting("ppo.max_length", config.max_prompt_length + config.max_new_tokens),
-        setting("ppo.extra_args", {"top_k": config.top_k, "top_p": config.top_p, "device": device}),
+        setting("ppo.top_k", config.top_k),
+        setting("ppo.top_p", config.top_p),
+        setting("ppo.device", device),
         setting("ppo.reward_model", str(reward_dir)),
         setting("ppo.verifiable_rewards", []),
     ]

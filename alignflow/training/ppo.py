@@ -178,39 +178,12 @@ def fitting_prompts(
 # ---------------------------------------------------------------- trainer
 
 
-def ppo_config(stage: PPOStageConfig, seed: int, checkpoints_dir: Path) -> PPOConfig:
-    """The stage's knobs in :class:`PPOConfig`'s names (``extra_args`` may set any other)."""
-    fields = dict(
-        learning_rate=stage.learning_rate,
-        batch_size=stage.per_device_train_batch_size,
-        mini_batch_size=stage.mini_batch_size,
-        gradient_accumulation_steps=stage.gradient_accumulation_steps,
-        num_epochs=stage.ppo_epochs,
-        clip_param=stage.clip_range,
-        value_clip=stage.value_clip,
-        value_loss_coef=stage.value_loss_coef,
-        entropy_coef=stage.entropy_coef,
-        gamma=stage.gamma,
-        gae_lambda=stage.lam,
-        kl_coef=stage.init_kl_coef,
-        use_adaptive_kl=stage.adaptive_kl,
-        target_kl=stage.target_kl,
-        kl_horizon=stage.kl_horizon,
-        max_grad_norm=stage.max_grad_norm,
-        max_new_tokens=stage.max_new_tokens,
-        temperature=stage.temperature,
-        num_iterations=stage.max_steps,
-        save_every=0,  # the stage saves (atomically) itself
-        output_dir=str(checkpoints_dir),
-        seed=seed,
-    )
-    unknown = sorted(set(stage.extra_args) - set(PPOConfig.model_fields))
-    if unknown:
-        raise ValueError(f"ppo.extra_args: {unknown} are not PPOConfig fields")
-    try:
-        return PPOConfig(**{**fields, **stage.extra_args})
-    except ValueError as exc:
-        raise ValueError(f"ppo: invalid PPO settings: {exc}") from exc
+def trainer_config(stage: PPOStageConfig, seed: int, checkpoints_dir: Path) -> PPOConfig:
+    """The section's PPO knobs as the research trainer's own config (the section is one, extended);
+    the stage saves (atomically) and evaluates by itself."""
+    knobs = {name: getattr(stage, name) for name in PPOConfig.model_fields}
+    knobs.update(seed=seed, output_dir=str(checkpoints_dir), save_every=0, eval_every=0)
+    return PPOConfig(**knobs)
 
 
 def optimizer_steps_per_iteration(cfg: PPOConfig) -> int:
@@ -256,7 +229,7 @@ def build_trainer(
     trainer = PPOTrainer(cfg, model, tokenizer, reference_model=reference)
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     trainer.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=stage.weight_decay)
-    total = stage.max_steps * optimizer_steps_per_iteration(cfg)
+    total = stage.num_iterations * optimizer_steps_per_iteration(cfg)
     trainer.scheduler = get_scheduler(
         stage.lr_scheduler_type,
         trainer.optimizer,
@@ -354,7 +327,7 @@ def greedy_rewards(
 
 
 def _iteration_metrics(metrics: Mapping[str, Any], reward: StageReward, seconds: float) -> dict[str, float]:
-    named = {f"train/{k}": v for k, v in metrics.items() if k != "iteration"}
+    named = {k if k.startswith("eval/") else f"train/{k}": v for k, v in metrics.items() if k != "iteration"}
     named.update({f"train/reward/{k}": v for k, v in reward.last.items()})
     named["train/iteration_seconds"] = seconds
     return named
@@ -367,26 +340,31 @@ def train_iterations(
     reward: StageReward,
     checkpoints_dir: Path,
     history_dir: Path | None = None,
+    eval_rows: list[dict[str, Any]] | None = None,
 ) -> None:
-    """PPOTrainer's prompt loop, logging ``train/...`` (and to ``history_dir/history.jsonl``)
-    and checkpointing atomically."""
+    """PPOTrainer's prompt loop, logging ``train/...`` (and to ``history_dir/history.jsonl``),
+    scoring ``eval_rows`` every ``eval_every`` iterations and checkpointing atomically."""
     texts = [r["text"] for r in rows]
     metadata = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
-    while trainer.iteration < stage.max_steps:
+    total = stage.num_iterations
+    while trainer.iteration < total:
         started = time.perf_counter()
         rollout = trainer.collect_from_prompts(texts, reward, metadata)
         step = {**trainer.optimize(rollout), **rollout.metrics}
         trainer.iteration += 1
-        progress.step(trainer.iteration, stage.max_steps)
+        progress.step(trainer.iteration, total)
         step["iteration"] = trainer.iteration
+        last = trainer.iteration == total
+        if eval_rows and stage.eval_every and trainer.iteration % stage.eval_every == 0:
+            scores = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
+            step.update({f"eval/{k}": v for k, v in scores.items()})
         trainer.history.append(step)
         if history_dir is not None:
             append_history(history_dir, step)
-        last = trainer.iteration == stage.max_steps
         if trainer.iteration % stage.logging_steps == 0 or last:
             seconds = time.perf_counter() - started
             tracking.log_metrics(_iteration_metrics(step, reward, seconds), step=trainer.iteration)
-        if trainer.iteration % stage.save_steps == 0 or last:
+        if (stage.save_every and trainer.iteration % stage.save_every == 0) or last:
             save_checkpoint_atomically(trainer, checkpoints_dir, stage.save_total_limit)
 
 
@@ -414,7 +392,7 @@ def run_ppo(
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     checkpoints_dir = output_dir / CHECKPOINTS
 
-    cfg = ppo_config(stage, seed, checkpoints_dir)
+    cfg = trainer_config(stage, seed, checkpoints_dir)
     reward = build_stage_reward(
         stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")), reward_scorer
     )
@@ -442,7 +420,7 @@ def run_ppo(
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
     write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
-    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir)
+    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir, eval_rows)
 
     if eval_rows:
         after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)

@@ -1,71 +1,57 @@
-"""Typed configuration of the PPO stage: the PPO knobs and where its rewards come from.
+"""Typed configuration of the PPO stage: :class:`alignflow.rl.PPOConfig` itself, plus how the
+stage runs and where its rewards come from.
 
-The stage shares :class:`StageConfig`'s names so that generic tooling (``ppo.max_steps=N``
-from the feedback service, ``ppo.learning_rate``) works unchanged; in PPO terms a *step*
-is one iteration (sample a batch, score it, a few epochs of minibatch updates), the batch
-size is the number of prompts sampled per iteration, and ``save_steps`` counts iterations.
-The PPO names are accepted as well (``iterations``, ``batch_size``, ``save_every``).
+The PPO knobs keep the research API's names (``num_iterations``, ``batch_size``,
+``clip_param``, ``kl_coef``, ``num_epochs``, ``gae_lambda``... and the spec's aliases), so
+one config drives both. The trainer-generic names (``ppo.max_steps``,
+``ppo.per_device_train_batch_size``, ``ppo.save_steps``: what the feedback service sets)
+are accepted on input and readable as properties. In PPO terms a *step* is one iteration
+(sample a batch of prompts, score it, a few epochs of minibatch updates).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
+from alignflow.rl.ppo_config import PPOConfig
 from alignflow.training.registry import REWARD_STAGE_REF
-from alignflow.training.stage_config import StageConfig
+from alignflow.training.stage_config import RunConfig
 
 VerifiableReward = Literal["correctness", "format"]
 REWARD_SOURCES = ("reward_model", "correctness", "format")
+# the research API's defaults are the spec's (a 2B model); the pipeline's suit the tiny demo
+# policy on a CPU, and any of them can be set in the ppo section under either name
+PIPELINE_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 1e-4,
+    "num_iterations": 40,
+    "batch_size": 32,
+    "mini_batch_size": 16,
+    "num_epochs": 2,
+    "value_clip": 0.2,
+    "entropy_coef": 0.0,
+    "gamma": 1.0,
+    "target_kl": 1.0,
+    "kl_horizon": 1000,
+    "max_new_tokens": 12,
+    "save_every": 10,
+    "max_length": 256,
+    "logging_steps": 1,
+    "lr_scheduler_type": "constant",
+}
+SET_BY_THE_STAGE = ("model_name", "output_dir")  # the model section and the stage's folder decide these
 
 
-class PPOStageConfig(StageConfig):
-    """PPO on the snapshot's prompts, scored by a trained reward model and/or demo verifiers."""
+class PPOStageConfig(RunConfig, PPOConfig):
+    """PPO on the snapshot's prompts, scored by a trained reward model and/or demo verifiers.
+
+    ``save_every`` counts iterations (the last is always saved); ``eval_every`` scores greedy
+    answers to the eval split's prompts every that many iterations.
+    """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    # StageConfig fields, re-declared for PPO's meaning, defaults and alternative names
-    learning_rate: float = Field(1e-4, gt=0)
-    max_steps: int = Field(
-        40, ge=1, validation_alias=AliasChoices("max_steps", "iterations"), description="PPO iterations"
-    )
-    per_device_train_batch_size: int = Field(
-        32,
-        ge=1,
-        validation_alias=AliasChoices("per_device_train_batch_size", "batch_size"),
-        description="prompts sampled (one response each) per iteration",
-    )
-    save_steps: int = Field(
-        10,
-        ge=1,
-        validation_alias=AliasChoices("save_steps", "save_every"),
-        description="checkpoint every N iterations (the last iteration is always saved)",
-    )
-    logging_steps: int = Field(1, ge=1, description="log training metrics every N iterations")
-    lr_scheduler_type: str = "constant"
-    max_length: int = Field(
-        256, ge=8, description="prompt tokens + max_new_tokens; longer prompts are left out"
-    )
-
-    # PPO proper
-    mini_batch_size: int = Field(16, ge=1, description="responses per gradient step (at most the batch)")
-    ppo_epochs: int = Field(2, ge=1, description="passes over each rollout")
-    clip_range: float = Field(0.2, gt=0, description="policy ratio clip")
-    value_clip: float | None = Field(0.2, gt=0, description="value-prediction clip (None: unclipped)")
-    value_loss_coef: float = Field(0.5, ge=0)
-    entropy_coef: float = Field(0.0, ge=0)
-    gamma: float = Field(1.0, ge=0, le=1)
-    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
-    init_kl_coef: float = Field(0.1, ge=0, description="starting coefficient of the KL penalty")
-    adaptive_kl: bool = Field(True, description="move the coefficient toward target_kl (Ziegler et al.)")
-    target_kl: float = Field(1.0, gt=0, description="target KL(policy || reference) per response, nats")
-    kl_horizon: int = Field(1000, ge=1)
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    max_new_tokens: int = Field(12, ge=1)
-    temperature: float = Field(1.0, gt=0)
-
-    # rewards
     reward_model: str | None = Field(
         REWARD_STAGE_REF,
         description="a reward-stage model dir; '@reward': the one the retraining flow trains; None: none",
@@ -78,8 +64,25 @@ class PPOStageConfig(StageConfig):
         default_factory=dict, description="weight per source (reward_model, correctness, format); default 1"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_defaults(cls, data: Any) -> Any:
+        """Fill :data:`PIPELINE_DEFAULTS` for the fields given under none of their names."""
+        if not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        for name, value in PIPELINE_DEFAULTS.items():
+            alias = cls.model_fields[name].validation_alias
+            names = {name, *(alias.choices if isinstance(alias, AliasChoices) else ())}
+            if not names & set(filled):
+                filled[name] = value
+        return filled
+
     @model_validator(mode="after")
     def _check(self) -> PPOStageConfig:
+        given = [name for name in SET_BY_THE_STAGE if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"ppo: {given} are set by the pipeline (model.name, the stage's output folder)")
         if not self.reward_model and not self.verifiable_rewards:
             raise ValueError("ppo: no reward source; set ppo.reward_model and/or ppo.verifiable_rewards")
         unknown = sorted(set(self.reward_weights) - set(REWARD_SOURCES))
@@ -93,6 +96,14 @@ class PPOStageConfig(StageConfig):
                 f"ppo.max_length ({self.max_length})"
             )
         return self
+
+    @property
+    def max_steps(self) -> int:
+        return self.num_iterations
+
+    @property
+    def per_device_train_batch_size(self) -> int:
+        return self.batch_size
 
     def weight(self, source: str) -> float:
         return self.reward_weights.get(source, 1.0)

@@ -1,4 +1,10 @@
-"""The trainer knobs every stage's config shares (kept free of torch imports: configs load fast)."""
+"""The knobs every stage's config shares (kept free of torch imports: configs load fast).
+
+:class:`RunConfig` holds what any stage's run needs (seeding, resuming, logging, saving,
+evaluation batch, schedule); :class:`StageConfig` adds the trainer knobs in transformers'
+names. A stage whose algorithm names those knobs its own way (PPO: ``num_iterations``,
+``batch_size``, ``save_every``) extends its algorithm's config and :class:`RunConfig`.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +13,32 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class StageConfig(BaseModel):
-    """Trainer knobs every stage has; each stage's config extends it."""
+class RunConfig(BaseModel):
+    """How a stage runs, whatever its algorithm."""
 
     model_config = ConfigDict(extra="forbid")
 
-    learning_rate: float = Field(1e-3, gt=0)
-    max_steps: int = Field(100, ge=1)
-    per_device_train_batch_size: int = Field(16, ge=1)
     per_device_eval_batch_size: int = Field(32, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
     warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
     lr_scheduler_type: str = "linear"
     max_length: int = Field(128, ge=8)
     logging_steps: int = Field(10, ge=1)
-    save_steps: int = Field(50, ge=1)
     save_total_limit: int | None = Field(2, ge=1)
     eval_max_rows: int | None = Field(None, ge=1, description="cap on eval rows (speed)")
     seed: int | None = Field(None, description="None: the pipeline's seed")
     resume: bool = Field(True, description="continue from the last complete checkpoint in output_dir")
     gradient_checkpointing: bool = False
+
+
+class StageConfig(RunConfig):
+    """Trainer knobs every transformers/TRL-based stage has; each such stage's config extends it."""
+
+    learning_rate: float = Field(1e-3, gt=0)
+    max_steps: int = Field(100, ge=1)
+    per_device_train_batch_size: int = Field(16, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    save_steps: int = Field(50, ge=1)
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="passed through to the TRL/transformers config (any field it has)"
     )

@@ -173,3 +173,17 @@ def test_ppo_policy_runs_end_to_end_on_the_trained_reward_model(first, server, w
     assert run_id, "the PPO policy is registered from its stage run"
     policy_run = next(r for r in child_runs(server.url, ppo["parent_run_id"]) if r.info.run_name == "policy")
     assert any(key.startswith("train/") for key in policy_run.data.metrics), policy_run.data.metrics
+
+
+def test_a_toy_algorithm_from_the_registry_alone_runs_as_the_policy(first, server, workspace, toy_stage):
+    """Last in the module: the versions it registers could change the champion for later tests."""
+    toy = run_flow(server, workspace, "policy.algorithm=toy", "toy.max_steps=2")
+    by_name = {s["name"]: s for s in toy["stages"]}
+    assert by_name["sft"]["cached"] and by_name["reward"]["cached"], "only the policy step reads toy"
+    assert not by_name["policy"]["cached"] and by_name["policy"]["metrics"]["global_step"] == 2.0
+    assert "policy" in toy["promotions"], "evaluated, registered and judged like any policy"
+    same = run_flow(server, workspace, "policy.algorithm=toy", "toy.max_steps=2")
+    assert {s["name"]: s for s in same["stages"]}["policy"]["cached"]
+    retuned = run_flow(server, workspace, "policy.algorithm=toy", "toy.max_steps=3")
+    policy = {s["name"]: s for s in retuned["stages"]}["policy"]
+    assert not policy["cached"] and policy["metrics"]["global_step"] == 3.0, "toy's section keys its cache"

@@ -20,8 +20,8 @@ from alignflow.training.ppo import (
     build_stage_reward,
     load_history,
     load_prompts,
-    ppo_config,
     run_ppo,
+    trainer_config,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,16 +31,22 @@ VERIFIERS = ["ppo.reward_model=null", "ppo.verifiable_rewards=[correctness,forma
 # ---------------------------------------------------------------- config and rewards (fast)
 
 
-def test_ppo_names_and_stage_names_set_the_same_knobs(demo_config):
-    by_ppo = demo_config(*VERIFIERS, "ppo.iterations=7", "ppo.batch_size=12", "ppo.save_every=3").ppo
+def test_the_ppo_section_is_the_research_ppo_config_under_any_of_its_names(demo_config):
+    from alignflow.rl import PPOConfig
+
+    by_ppo = demo_config(*VERIFIERS, "ppo.num_iterations=7", "ppo.batch_size=12", "ppo.save_every=3").ppo
+    by_spec = demo_config(*VERIFIERS, "ppo.iterations=7", "ppo.batch_size=12", "ppo.save_every=3").ppo
     by_stage = demo_config(
         *VERIFIERS, "ppo.max_steps=7", "ppo.per_device_train_batch_size=12", "ppo.save_steps=3"
     )
-    assert by_ppo == by_stage.ppo
-    assert (by_ppo.max_steps, by_ppo.per_device_train_batch_size, by_ppo.save_steps) == (7, 12, 3)
-    cfg = ppo_config(by_ppo.model_copy(update={"mini_batch_size": 4}), seed=5, checkpoints_dir=Path("x"))
+    assert isinstance(by_ppo, PPOConfig) and by_ppo == by_spec == by_stage.ppo
+    assert (by_ppo.max_steps, by_ppo.per_device_train_batch_size, by_ppo.save_every) == (7, 12, 3)
+    spec_names = demo_config(*VERIFIERS, "ppo.clip_ratio=0.3", "ppo.lam=0.9", "ppo.kl_penalty_coef=0.2").ppo
+    assert (spec_names.clip_param, spec_names.gae_lambda, spec_names.kl_coef) == (0.3, 0.9, 0.2)
+    cfg = trainer_config(by_ppo.model_copy(update={"mini_batch_size": 4}), seed=5, checkpoints_dir=Path("x"))
+    assert type(cfg) is PPOConfig
     assert (cfg.num_iterations, cfg.batch_size, cfg.mini_batch_size, cfg.seed) == (7, 12, 4, 5)
-    assert cfg.save_every == 0  # the stage checkpoints, atomically, not the trainer
+    assert cfg.save_every == 0 and cfg.eval_every == 0  # the stage checkpoints and evaluates itself
 
 
 @pytest.mark.parametrize(
@@ -51,6 +57,7 @@ def test_ppo_names_and_stage_names_set_the_same_knobs(demo_config):
         ("ppo.verifiable_rewards=[length]", "verifiable_rewards"),
         ("ppo.max_new_tokens=300", "max_new_tokens"),
         ("ppo.clip_rnge=0.1", "clip_rnge"),
+        ("ppo.model_name=gpt2", "set by the pipeline"),
     ],
 )
 def test_bad_ppo_config_is_rejected_naming_the_key(demo_config, override, message):
@@ -58,11 +65,12 @@ def test_bad_ppo_config_is_rejected_naming_the_key(demo_config, override, messag
         demo_config(override)
 
 
-def test_extra_args_must_be_ppo_config_fields(demo_config):
-    stage = demo_config(*VERIFIERS, "ppo.extra_args={top_k: 5}").ppo
-    assert ppo_config(stage, 0, Path("x")).top_k == 5
-    with pytest.raises(ValueError, match=r"ppo.extra_args: \['nope'\]"):
-        ppo_config(demo_config(*VERIFIERS, "ppo.extra_args={nope: 1}").ppo, 0, Path("x"))
+def test_pipeline_defaults_apply_only_where_no_name_of_the_field_is_given(demo_config):
+    from alignflow.training.ppo_config import PPOStageConfig
+
+    assert PPOStageConfig(reward_model="m").num_epochs == 2  # the pipeline's, not the spec's 4
+    assert PPOStageConfig(reward_model="m", ppo_epochs=3).num_epochs == 3
+    assert trainer_config(demo_config(*VERIFIERS, "ppo.top_k=5").ppo, 0, Path("x")).top_k == 5
 
 
 def test_unresolved_reward_stage_reference_is_an_error(demo_config, demo_snapshot, tmp_path):
@@ -124,7 +132,7 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
-    config = demo_config(*_ppo_overrides("ppo.iterations=40", "ppo.save_every=10"))
+    config = demo_config(*_ppo_overrides("ppo.iterations=40", "ppo.save_every=10", "ppo.eval_every=20"))
     try:
         experiment = mlflow.create_experiment("ppo", artifact_location=(tmp_path / "art").as_uri())
         with mlflow.start_run(experiment_id=experiment) as run:
@@ -141,7 +149,9 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
     assert late > early + 0.15, f"sampled reward did not rise: {early:.3f} -> {late:.3f}"
     logged = client.get_run(run.info.run_id).data
     assert {"train/objective/kl", "train/reward/correctness", "train/reward/format"} <= set(logged.metrics)
-    assert logged.params["ppo.max_steps"] == "40"
+    assert logged.params["ppo.num_iterations"] == "40"
+    evaluated = client.get_metric_history(run.info.run_id, "eval/reward")  # every eval_every iterations
+    assert sorted(m.step for m in evaluated) == [20, 40]
     assert logged.metrics["ppo/global_step"] == 40
     # greedy eval reward is measured before and after (it is not what PPO optimises: sampled reward is)
     assert {"eval/reward_before", "eval/reward", "eval/correctness", "eval/format"} <= set(result.metrics)
@@ -285,7 +295,7 @@ def test_lora_ppo_trains_adapters_against_the_unadapted_reference_and_saves_a_me
 
     # reloaded from the checkpoint: the reference is the policy with its adapters off
     config = demo_config(*VERIFIERS, *LORA)
-    cfg = ppo_config(config.ppo, 0, tmp_path / "unused")
+    cfg = trainer_config(config.ppo, 0, tmp_path / "unused")
     trainer = build_trainer(config.ppo, cfg, str(start_dir), torch.float32, lora=peft_config(config.model))
     assert isinstance(trainer.ref_model, AdaptersOff) and isinstance(trainer.model, PPOModel)
     trainer.load_checkpoint(checkpoint)

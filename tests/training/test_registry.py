@@ -1,0 +1,86 @@
+"""The stage registry is the one list of stages: a toy algorithm added to it alone is a config
+section, a ``policy.algorithm``, an ``alignflow train`` command and part of the cache key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from alignflow.cli import app
+from alignflow.config import ConfigError, load_config
+from alignflow.training.registry import StageSpec, policy_algorithms, register_stage, stage_spec, stages
+from flows.retrain import section_hash
+
+SMALL_MODEL = ["--set", "model.hidden_size=64", "--set", "model.intermediate_size=128"]
+
+
+def test_builtin_stages_and_their_cache_sections():
+    assert list(stages()) == ["sft", "reward", "dpo", "grpo", "ppo"]
+    assert policy_algorithms() == ("dpo", "grpo", "ppo")
+    assert stage_spec("dpo").cache_sections == ("seed", "model", "dpo")
+    assert stage_spec("dpo").distributed and not stage_spec("ppo").distributed
+    with pytest.raises(ValueError, match="already registered"):
+        register_stage(StageSpec("dpo", "x:y", "x:Y"))
+    with pytest.raises(ValueError, match="identifier"):
+        register_stage(StageSpec("no-dash", "x:y", "x:Y"))
+
+
+def test_an_unregistered_algorithm_is_neither_a_section_nor_an_algorithm():
+    with pytest.raises(ConfigError, match="unknown config section"):
+        load_config(None, ["toy.max_steps=2"])
+    with pytest.raises(ConfigError, match="not a registered policy algorithm"):
+        load_config(None, ["policy.algorithm=toy"])
+
+
+def test_a_registered_toy_algorithm_is_a_config_section_and_part_of_the_policy_cache_key(toy_stage):
+    config = load_config(None, ["policy.algorithm=toy", "toy.max_steps=2"])
+    assert config.toy.max_steps == 2 and type(config.toy).__name__ == "ToyConfig"
+    retuned = load_config(None, ["policy.algorithm=toy", "toy.max_steps=5"])
+    assert section_hash(config, "policy") != section_hash(retuned, "policy")
+    assert section_hash(config, "sft") == section_hash(retuned, "sft")
+    with pytest.raises(ConfigError, match=r"toy\.max_steps"):
+        load_config(None, ["toy.max_steps=0"])
+
+
+def test_a_registered_toy_algorithm_runs_from_the_cli(toy_stage, demo_snapshot, tiny_model_dir, tmp_path):
+    result = CliRunner().invoke(
+        app,
+        ["train", "toy", "--data", str(demo_snapshot), "--output", str(tmp_path / "out"),
+         "--model", str(tiny_model_dir), "--set", "toy.max_steps=2", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout[result.stdout.index("{") :])
+    assert out["stage"] == "toy" and out["metrics"]["global_step"] == 2.0
+    assert (tmp_path / "out" / "model" / "model.safetensors").exists()
+    listed = CliRunner().invoke(app, ["train", "--help"]).stdout
+    assert all(name in listed for name in ("sft", "reward", "dpo", "grpo", "ppo", "toy"))
+
+
+def test_train_takes_a_data_file_and_snapshots_it_first(tmp_path, demo_records, tiny_model_dir, toy_stage):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in demo_records[:120]))
+    out = tmp_path / "out"
+    args = ["train", "toy", "--data", str(source), "--output", str(out), "--model", str(tiny_model_dir), "-q"]
+    # the demo generator repeats a few pairs: let them be quarantined, and every row accounted for
+    sets = ["--set", "toy.max_steps=1", "--set", "data.max_bad_fraction=0.2"]
+    result = CliRunner().invoke(app, [*args, *sets])
+    assert result.exit_code == 0, result.output
+    snapshot = out / "data"
+    assert json.loads(result.stdout[result.stdout.index("{") :])["data_dir"] == str(snapshot)
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    assert manifest["input_rows"] == 120 and manifest["counts_add_up"]
+    assert manifest["counts"]["quarantine"] > 0
+
+
+def test_train_refuses_a_data_file_that_fails_validation(tmp_path, tiny_model_dir):
+    source = tmp_path / "bad.jsonl"
+    bad = json.dumps({"prompt": "p", "chosen": 1, "rejected": "r"})  # a number is no answer
+    source.write_text(f"{bad}\n" * 5)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["train", "sft", "--data", str(source), "--output", str(out), "-q"])
+    assert result.exit_code == 1
+    assert "failed validation" in result.output and not (out / "model").exists()
+    report = json.loads((out / "failed-report.json").read_text())
+    assert len(report["quarantined_rows"]) == 5
