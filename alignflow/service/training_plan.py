@@ -32,7 +32,7 @@ class JobPlan:
 
     @property
     def policy_section(self) -> Any:
-        return getattr(self.config, self.plan.algorithm)
+        return self.config.section(self.plan.algorithm)
 
     @property
     def max_steps(self) -> int:
