@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +41,6 @@ LOG_TAIL = 4000
 RUN_ID_ENV = "MLFLOW_RUN_ID"
 
 
-def stage_runner(stage_name: str) -> Callable[..., StageResult]:
-    """The runner of a registered stage (``policy`` stages pass their algorithm)."""
-    return stage_spec(stage_name).load_runner()
-
-
 def launch_stage(
     stage_name: str,
     config: Any,
@@ -60,7 +54,7 @@ def launch_stage(
         logger.warning("stage %s has no multi-process trainer: running it in one process", stage_name)
         processes = 1
     if processes == 1:
-        return stage_runner(stage_name)(config, data_dir, output_dir, model_path)
+        return stage_spec(stage_name).load_runner()(config, data_dir, output_dir, model_path)
     return launch_processes(stage_name, config, data_dir, output_dir, model_path)
 
 
@@ -207,7 +201,7 @@ def run_worker(
 ) -> StageResult:
     """One rank's share of the stage; rank 0 logs into the parent's MLflow run."""
     rank = process_rank()
-    runner = stage_runner(stage_name)
+    runner = stage_spec(stage_name).load_runner()
     if rank != 0:
         return runner(config, data_dir, rank_output_dir(output_dir, rank), model_path)
     run_id = os.environ.get(RUN_ID_ENV)

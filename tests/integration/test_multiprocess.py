@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from alignflow.config import load_config
-from alignflow.training.launch import launch_stage, stage_runner
+from alignflow.training.launch import launch_stage
+from alignflow.training.registry import stage_spec
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -49,7 +50,7 @@ def snapshot_and_base(tmp_path_factory) -> tuple[Path, str]:
 
 def test_unknown_stage_names_the_choices():
     with pytest.raises(ValueError, match="unknown training stage 'rlhf'.*sft"):
-        stage_runner("rlhf")
+        stage_spec("rlhf")
 
 
 @pytest.mark.slow
