@@ -1,26 +1,39 @@
-"""Load test of the feedback service on loopback, with and without a crash in the middle.
+"""Load test of the feedback write path on loopback, against a bare anchor, same run.
 
-A real ``alignflow api`` process (uvicorn, SQLite in WAL mode) takes 20,000 feedback POSTs
-from 50 concurrent clients. Every acknowledged write is then looked up in the database by
-id and compared field by field. In the second run the server is killed with SIGKILL
-halfway and started again on the same database; clients retry with their idempotency keys,
-so the check is that nothing acknowledged is lost and nothing is stored twice.
+Servers (each its own process):
+
+- ``alignflow api`` (uvicorn), feedback on SQLite (WAL, synchronous=NORMAL) and PostgreSQL;
+- the anchor: a bare FastAPI endpoint inserting the same row into SQLite with the same
+  durability settings (WAL, synchronous=NORMAL, one commit per request);
+- the client ceiling: the anchor's trivial endpoint (no database), so the table says how
+  fast the load generator itself can go.
+
+Clients: keep-alive httpx connections spread over several client processes (so the load
+generator is not one Python process's event loop). Every acknowledged write is then looked
+up in the database by id and compared field by field. The SIGKILL run kills the alignflow
+server halfway and starts it again on the same database; clients retry with their
+idempotency keys: nothing acknowledged may be lost and nothing stored twice.
 
 Run: ``python -m bench.feedback_load_bench`` (writes bench/results/feedback_load.{json,md}).
+Sizes via ``ALIGNFLOW_LOAD_REQUESTS`` (default 10,000 per run).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing as mp
 import os
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +42,11 @@ import sqlalchemy as sa
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOKEN = "bench-token-" + "0" * 24
-CLIENTS = 50
-REQUESTS = 20_000
+CLIENT_PROCESSES = 4
+REQUESTS = int(os.environ.get("ALIGNFLOW_LOAD_REQUESTS", 10_000))
+POSTGRES_ADMIN = os.environ.get(
+    "ALIGNFLOW_BENCH_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 
 
 def _free_port() -> int:
@@ -39,16 +55,74 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(work: Path, port: int) -> subprocess.Popen:
+# --- the anchor: a bare FastAPI endpoint with the same SQLite durability -------------------
+def anchor_app():
+    """Bare FastAPI + sqlite3: one INSERT and one COMMIT per request (WAL, synchronous=NORMAL)."""
+    from fastapi import FastAPI
+
+    db_path = os.environ["ANCHOR_DB"]
+    local = threading.local()
+
+    def connection() -> sqlite3.Connection:
+        if not hasattr(local, "conn"):
+            conn = sqlite3.connect(db_path, timeout=30, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            local.conn = conn
+        return local.conn
+
+    conn = connection()
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS feedback (id TEXT PRIMARY KEY, agent_id TEXT, prompt TEXT, "
+        "response TEXT, score REAL, run_id TEXT, idempotency_key TEXT, UNIQUE (agent_id, idempotency_key))"
+    )
+    conn.commit()
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/ping/{agent_id}")
+    async def ping(agent_id: str, body: dict) -> dict[str, str]:
+        return {"id": uuid.uuid4().hex}
+
+    @app.post("/api/policies/feedback/{agent_id}", status_code=201)
+    def feedback(agent_id: str, body: dict) -> dict[str, str]:
+        row_id = uuid.uuid4().hex
+        db = connection()
+        db.execute(
+            "INSERT INTO feedback VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (row_id, agent_id, body["prompt"], body["response"], body["score"], body["runId"], None),
+        )
+        db.commit()
+        return {"id": row_id}
+
+    return app
+
+
+# --- servers -----------------------------------------------------------------------------
+def _start_alignflow(work: Path, port: int, db_url: str) -> subprocess.Popen:
     command = [
         sys.executable, "-m", "alignflow.cli", "api", "--host", "127.0.0.1", "--port", str(port),
-        "--db-url", f"sqlite:///{work / 'feedback.db'}", "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
+        "--db-url", db_url, "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
         "--work-dir", str(work / "service"), "--token", TOKEN, "--log-level", "warning",
     ]  # fmt: skip
     log = (work / "server.log").open("ab")
-    return subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "DO_NOT_TRACK": "1"}
-    )
+    env = {**os.environ, "DO_NOT_TRACK": "1"}
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _start_anchor(work: Path, port: int) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "uvicorn", "bench.feedback_load_bench:anchor_app", "--factory",
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+    env = {**os.environ, "ANCHOR_DB": str(work / "anchor.db")}
+    log = (work / "anchor.log").open("ab")
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
 
 
 def _wait_ready(port: int, timeout: float = 120.0) -> None:
@@ -63,6 +137,7 @@ def _wait_ready(port: int, timeout: float = 120.0) -> None:
     raise RuntimeError(f"server on port {port} did not become ready in {timeout}s")
 
 
+# --- clients -----------------------------------------------------------------------------
 def _body(i: int) -> dict[str, Any]:
     return {
         "prompt": f"What is {i % 10} plus {i // 10 % 10}? (request {i})",
@@ -72,20 +147,8 @@ def _body(i: int) -> dict[str, Any]:
     }
 
 
-async def _client_loop(
-    client: httpx.AsyncClient,
-    queue: asyncio.Queue,
-    url: str,
-    phase: str,
-    acked: dict,
-    latencies: list,
-    stats: dict,
-) -> None:
-    while True:
-        try:
-            i = queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return
+async def _client(client, url, indices, phase, acked, latencies, stats, progress) -> None:
+    for i in indices:
         headers = {"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": f"{phase}-{i}"}
         while True:  # retry until acknowledged: the server may be down for a while
             started = time.perf_counter()
@@ -100,71 +163,108 @@ async def _client_loop(
                 latencies.append(time.perf_counter() - started)
                 acked[i] = response.json()["id"]
                 stats["replayed"] += response.status_code == 200
+                with progress.get_lock():
+                    progress.value += 1
                 break
+            if 400 <= response.status_code < 500:
+                raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:300]}")
             stats["retries"] += 1
             code = f"http_{response.status_code}"
             stats["reasons"][code] = stats["reasons"].get(code, 0) + 1
             await asyncio.sleep(0.05)
 
 
-async def _drive(port: int, phase: str, on_half=None) -> dict[str, Any]:
-    queue: asyncio.Queue = asyncio.Queue()
-    for i in range(REQUESTS):
-        queue.put_nowait(i)
-    acked: dict[int, str] = {}
-    latencies: list[float] = []
-    stats: dict[str, Any] = {"retries": 0, "replayed": 0, "reasons": {}}
-    url = f"http://127.0.0.1:{port}/api/policies/feedback/bench-agent"
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+def _client_process(url, indices, connections, phase, progress, start, out) -> None:
+    """One client process: ``connections`` keep-alive connections sharing ``indices``."""
+
+    async def main() -> dict[str, Any]:
+        acked: dict[int, str] = {}
+        latencies: list[float] = []
+        stats: dict[str, Any] = {"retries": 0, "replayed": 0, "reasons": {}}
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        async with httpx.AsyncClient(limits=limits, timeout=60.0) as client:
+            shares = [indices[k::connections] for k in range(connections)]
+            start.wait()
+            await asyncio.gather(
+                *(_client(client, url, s, phase, acked, latencies, stats, progress) for s in shares)
+            )
+        return {"acked": acked, "latencies": latencies, **stats}
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        out.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _drive(port: int, path: str, clients: int, phase: str, on_half=None) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    progress, start, out = ctx.Value("i", 0), ctx.Event(), ctx.Queue()
+    url = f"http://127.0.0.1:{port}{path}"
+    processes = min(CLIENT_PROCESSES, clients)
+    per = [clients // processes + (k < clients % processes) for k in range(processes)]
+    workers = [
+        ctx.Process(
+            target=_client_process,
+            args=(url, list(range(k, REQUESTS, processes)), per[k], phase, progress, start, out),
+        )
+        for k in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(2.0)  # let every client process import and connect before the clock starts
     started = time.perf_counter()
-    async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
-        tasks = [asyncio.create_task(_client_loop(client, queue, url, phase, acked, latencies, stats))
-                 for _ in range(CLIENTS)]  # fmt: skip
-        if on_half is not None:
-            while len(acked) < REQUESTS // 2:
-                await asyncio.sleep(0.01)
-            await asyncio.to_thread(on_half, len(acked))
-        await asyncio.gather(*tasks)
+    start.set()
+    if on_half is not None:
+        while progress.value < REQUESTS // 2 and any(w.is_alive() for w in workers):
+            time.sleep(0.01)
+        on_half(progress.value)
+    parts = [out.get() for _ in workers]
     elapsed = time.perf_counter() - started
-    latencies.sort()
+    errors = [part["error"] for part in parts if "error" in part]
+    if errors:
+        raise RuntimeError(f"client process failed: {errors[0]}")
+    for worker in workers:
+        worker.join()
+    acked = {k: v for part in parts for k, v in part["acked"].items()}
+    latencies = sorted(x for part in parts for x in part["latencies"])
+    reasons: dict[str, int] = {}
+    for part in parts:
+        for key, value in part["reasons"].items():
+            reasons[key] = reasons.get(key, 0) + value
     return {
+        "clients": clients,
+        "client_processes": processes,
         "acknowledged": len(acked),
         "elapsed_s": round(elapsed, 2),
         "requests_per_s": round(len(acked) / elapsed, 1),
         "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
         "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2),
         "mean_ms": round(1000 * statistics.fmean(latencies), 2),
-        "retries": stats["retries"],
-        "retry_reasons": stats["reasons"],
-        "replayed_acks": stats["replayed"],
+        "retries": sum(part["retries"] for part in parts),
+        "retry_reasons": reasons,
+        "replayed_acks": sum(part["replayed"] for part in parts),
         "_acked": acked,
     }
 
 
-def _verify(db_path: Path, acked: dict[int, str]) -> dict[str, Any]:
+# --- checks ------------------------------------------------------------------------------
+def _verify(db_url: str, acked: dict[int, str], agent: str) -> dict[str, Any]:
     """Every acknowledged id is in the table with exactly the fields that were sent."""
-    engine = sa.create_engine(f"sqlite:///{db_path}")
+    engine = sa.create_engine(db_url)
+    query = sa.text(
+        "SELECT id, prompt, response, score, run_id, idempotency_key FROM feedback WHERE agent_id = :a"
+    )
     with engine.connect() as conn:
-        rows = {
-            r.id: r
-            for r in conn.execute(
-                sa.text("SELECT id, prompt, response, score, run_id, idempotency_key FROM feedback")
-            )
-        }
+        rows = {r.id: r for r in conn.execute(query, {"a": agent})}
     engine.dispose()
     missing = [i for i, fid in acked.items() if fid not in rows]
     mismatched = []
     for i, fid in acked.items():
-        row = rows.get(fid)
-        body = _body(i)
-        if row is not None and (row.prompt, row.response, row.score, row.run_id) != (
-            body["prompt"],
-            body["response"],
-            body["score"],
-            body["runId"],
-        ):
+        row, body = rows.get(fid), _body(i)
+        sent = (body["prompt"], body["response"], body["score"], body["runId"])
+        if row is not None and (row.prompt, row.response, row.score, row.run_id) != sent:
             mismatched.append(i)
-    keys = [r.idempotency_key for r in rows.values()]
+    keys = [r.idempotency_key for r in rows.values() if r.idempotency_key is not None]
     return {
         "rows_in_db": len(rows),
         "acknowledged_missing": len(missing),
@@ -174,10 +274,29 @@ def _verify(db_path: Path, acked: dict[int, str]) -> dict[str, Any]:
     }
 
 
-def _scenario(kill_halfway: bool) -> dict[str, Any]:
+def _postgres_url() -> str | None:
+    """A fresh database on the local PostgreSQL, or None when there is none."""
+    try:
+        admin = sa.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
+        name = f"alignflow_load_{uuid.uuid4().hex[:8]}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+        admin.dispose()
+    except Exception:  # noqa: BLE001 - no PostgreSQL here: those rows are skipped
+        return None
+    return str(sa.engine.make_url(POSTGRES_ADMIN).set(database=name).render_as_string(hide_password=False))
+
+
+# --- scenarios ---------------------------------------------------------------------------
+def _alignflow_runs(db: str, clients_list: list[int], kill: bool = False) -> list[dict[str, Any]]:
+    results = []
     with tempfile.TemporaryDirectory(prefix="alignflow-load-") as tmp:
-        work, port = Path(tmp), _free_port()
-        server = {"proc": _start_server(work, port)}
+        work = Path(tmp)
+        db_url = f"sqlite:///{work / 'feedback.db'}" if db == "sqlite" else _postgres_url()
+        if db_url is None:
+            return [{"server": "alignflow", "database": db, "skipped": "no PostgreSQL at 127.0.0.1:5432"}]
+        port = _free_port()
+        server = {"proc": _start_alignflow(work, port, db_url)}
         _wait_ready(port)
         events: dict[str, Any] = {}
 
@@ -186,29 +305,87 @@ def _scenario(kill_halfway: bool) -> dict[str, Any]:
             server["proc"].wait()
             events["killed_after_acks"] = acked_so_far
             down = time.perf_counter()
-            server["proc"] = _start_server(work, port)
+            server["proc"] = _start_alignflow(work, port, db_url)
             _wait_ready(port)
             events["downtime_s"] = round(time.perf_counter() - down, 2)
 
         try:
-            result = asyncio.run(_drive(port, "kill" if kill_halfway else "steady",
-                                        crash_and_restart if kill_halfway else None))  # fmt: skip
+            for clients in clients_list:
+                agent = f"bench-{db}-{clients}{'-kill' if kill else ''}"
+                path = f"/api/policies/feedback/{agent}"
+                result = _drive(port, path, clients, agent, crash_and_restart if kill else None)
+                acked = result.pop("_acked")
+                name = "sigkill_halfway" if kill else "steady"
+                results.append(
+                    {"server": "alignflow", "run": name, "database": db, **result, **events,
+                     **_verify(db_url, acked, agent)}
+                )  # fmt: skip
         finally:
             server["proc"].terminate()
             server["proc"].wait(30)
-        acked = result.pop("_acked")
-        return {**result, **events, **_verify(work / "feedback.db", acked)}
+    return results
+
+
+def _anchor_runs(clients_list: list[int]) -> list[dict[str, Any]]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="alignflow-anchor-") as tmp:
+        work, port = Path(tmp), _free_port()
+        server = _start_anchor(work, port)
+        try:
+            _wait_ready(port)
+            for clients in clients_list:
+                ceiling = _drive(port, f"/ping/c{clients}", clients, f"ceiling-{clients}")
+                ceiling.pop("_acked")
+                results.append({"server": "client ceiling (no database)", "run": "steady", "database": "-",
+                                **ceiling})  # fmt: skip
+                agent = f"anchor-{clients}"
+                anchor = _drive(port, f"/api/policies/feedback/{agent}", clients, agent)
+                acked = anchor.pop("_acked")
+                check = _verify(f"sqlite:///{work / 'anchor.db'}", acked, agent)
+                results.append({"server": "bare FastAPI + SQLite", "run": "steady", "database": "sqlite",
+                                **anchor, **check})  # fmt: skip
+        finally:
+            server.terminate()
+            server.wait(30)
+    return results
 
 
 def run() -> dict[str, Any]:
-    """Both scenarios; writes JSON and Markdown to bench/results/ and returns the figures."""
+    """Every scenario; writes JSON and Markdown to bench/results/ and returns the figures."""
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    rows = _anchor_runs([10, 50])
+    rows += _alignflow_runs("sqlite", [10, 50])
+    rows += _alignflow_runs("postgres", [10, 50])
+    rows += _alignflow_runs("sqlite", [50], kill=True)
+    anchor = {r["clients"]: r for r in rows if r["server"] == "bare FastAPI + SQLite"}
+    ours = {r["clients"]: r for r in rows if r["server"] == "alignflow" and r.get("run") == "steady"
+            and r["database"] == "sqlite"}  # fmt: skip
+    targets = {}
+    for clients in (10, 50):
+        a, o = anchor[clients], ours[clients]
+        targets[f"over_anchor_{clients}"] = round(o["requests_per_s"] / a["requests_per_s"], 3)
+        targets[f"p99_over_anchor_{clients}"] = round(o["p99_ms"] / a["p99_ms"], 3)
+    kill = next(r for r in rows if r.get("run") == "sigkill_halfway")
     report = {
-        "clients": CLIENTS,
-        "requests": REQUESTS,
-        "database": "SQLite (WAL, synchronous=NORMAL)",
+        "requests_per_run": REQUESTS,
+        "client_processes": CLIENT_PROCESSES,
+        "durability": "SQLite WAL, synchronous=NORMAL, commit before acknowledging (both servers)",
         "cpu_count": os.cpu_count(),
-        "steady": _scenario(kill_halfway=False),
-        "sigkill_halfway": _scenario(kill_halfway=True),
+        "load_average_before": round(load_before, 2),
+        "runs": rows,
+        **targets,
+        "alignflow_sqlite_50_rps": ours[50]["requests_per_s"],
+        "meets_target": (
+            ours[50]["requests_per_s"] >= 1000
+            and targets["over_anchor_50"] >= 0.8
+            and targets["p99_over_anchor_10"] <= 1.2
+            and targets["p99_over_anchor_50"] <= 1.2
+        ),
+        "sigkill_lost": kill["acknowledged_missing"],
+        "sigkill_doubled": kill["duplicate_keys"],
+        "target": ">= 1000 writes/s at 50 clients, >= 0.8x the anchor, p99 <= 1.2x the anchor's",
+        "wall_s": round(time.perf_counter() - started, 1),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "feedback_load.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -220,23 +397,33 @@ def _markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Feedback service load test",
         "",
-        f"{report['clients']} concurrent clients, {report['requests']} POSTs each run, loopback, "
-        f"{report['database']}, {report['cpu_count']} CPUs.",
+        f"{report['requests_per_run']} POSTs per run from {report['client_processes']} client processes "
+        f"(keep-alive connections), loopback, {report['cpu_count']} CPUs shared with the clients "
+        f"(load average {report['load_average_before']} before the run). {report['durability']}.",
         "",
-        "| run | acked | rows in DB | missing | mismatched | duplicates | req/s | p50 ms | p99 ms "
-        "| retries |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| server | run | database | clients | acked | rows | missing | mismatched | doubled | req/s "
+        "| p50 ms | p99 ms | retries |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("steady", "sigkill_halfway"):
-        r = report[name]
+    for r in report["runs"]:
+        if r.get("skipped"):
+            lines.append(f"| {r['server']} | - | {r['database']} | skipped: {r['skipped']} |")
+            continue
         lines.append(
-            f"| {name} | {r['acknowledged']} | {r['rows_in_db']} | {r['acknowledged_missing']} | "
-            f"{r['content_mismatches']} | {r['duplicate_keys']} | {r['requests_per_s']} | {r['p50_ms']} | "
-            f"{r['p99_ms']} | {r['retries']} |"
+            f"| {r['server']} | {r['run']} | {r['database']} | {r['clients']} | {r['acknowledged']} | "
+            f"{r.get('rows_in_db', '-')} | {r.get('acknowledged_missing', '-')} | "
+            f"{r.get('content_mismatches', '-')} | {r.get('duplicate_keys', '-')} | {r['requests_per_s']} | "
+            f"{r['p50_ms']} | {r['p99_ms']} | {r['retries']} |"
         )
-    crash = report["sigkill_halfway"]
-    lines += ["", f"Killed (SIGKILL) after {crash.get('killed_after_acks')} acknowledgements; "
-              f"restarted in {crash.get('downtime_s')} s."]  # fmt: skip
+    lines += [
+        "",
+        f"alignflow / anchor (SQLite): {report['over_anchor_10']}x at 10 clients, "
+        f"{report['over_anchor_50']}x at 50; p99 ratio {report['p99_over_anchor_10']} and "
+        f"{report['p99_over_anchor_50']}. Target: {report['target']}: "
+        f"{'met' if report['meets_target'] else 'not met'}.",
+        f"SIGKILL halfway: {report['sigkill_lost']} acknowledged writes lost, "
+        f"{report['sigkill_doubled']} stored twice.",
+    ]
     return "\n".join(lines) + "\n"
 
 
