@@ -5,6 +5,8 @@ a Llama policy), so it always receives *text* and re-tokenises it with its own t
 exactly as the reward stage encoded its training data (:func:`encode_for_reward`).
 The reward stage saves the reward mean/std beside the weights (``alignflow_reward.json``);
 the scorer applies them so that downstream rewards have zero mean and unit variance.
+How the model pools its tokens into a reward (``RewardMeta.pooling``) is saved there too and
+applied by :func:`reward_logits`, the one forward pass training and every consumer share.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class RewardMeta:
     weights: list[float] = field(default_factory=lambda: [1.0])
     max_length: int = 512
     mode: str = "pairwise"
+    # "model": the architecture's own head (BERT's [CLS] pooler, a decoder's last token);
+    # "mean": the head on the attention-masked mean of the last hidden states
+    pooling: str = "model"
     metrics: dict[str, float] = field(default_factory=dict)
 
     def save(self, model_dir: str | Path) -> Path:
@@ -74,6 +79,38 @@ def combine_heads(logits: torch.Tensor, weights: Sequence[float]) -> torch.Tenso
     return logits @ w
 
 
+POOLINGS = ("model", "mean")
+
+
+def _parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
+    """Body, linear head and head dropout of a ``*ForSequenceClassification`` model (PEFT-wrapped or not)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = getattr(inner, inner.base_model_prefix, None)
+    head = getattr(inner, "classifier", None)
+    head = getattr(inner, "score", None) if head is None else head
+    linear = getattr(head, "modules_to_save", {}).get("default", head)  # PEFT keeps a trainable copy
+    if body is None or not isinstance(linear, torch.nn.Linear):
+        raise ValueError(f"{type(inner).__name__}: mean pooling needs a model body and a linear head")
+    return body, head, getattr(inner, "dropout", None)
+
+
+def reward_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "model"):
+    """Per-objective logits ``[n, n_objectives]`` under ``pooling`` (see :class:`RewardMeta`).
+
+    all-MiniLM-L6-v2 was trained as a mean-pooled sentence encoder and its [CLS] pooler was
+    not, so "mean" lets the reward head start from the representation the encoder learned.
+    """
+    if pooling == "model":
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+    if pooling != "mean":
+        raise ValueError(f"unknown reward pooling {pooling!r}; expected one of {POOLINGS}")
+    body, head, dropout = _parts(model)
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+    return head(dropout(pooled) if dropout is not None else pooled)
+
+
 class RewardScorer:
     """Callable ``(prompts, completions) -> rewards`` over a saved reward model."""
 
@@ -99,19 +136,25 @@ class RewardScorer:
         """Raw per-objective outputs, shape ``[n, n_objectives]``."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        rows = []
-        for start in range(0, len(prompts), self.batch_size):
-            ids = [
-                {"input_ids": encode_for_reward(self.tokenizer, p, c, self.meta.max_length)}
-                for p, c in zip(
-                    prompts[start : start + self.batch_size],
-                    completions[start : start + self.batch_size],
-                    strict=True,
-                )
-            ]
-            batch = self.tokenizer.pad(ids, return_tensors="pt", padding=True).to(self.device)
-            rows.append(self.model(**batch).logits.float().cpu())
-        return torch.cat(rows) if rows else torch.zeros(0, len(self.meta.weights))
+        encoded = [
+            encode_for_reward(self.tokenizer, p, c, self.meta.max_length)
+            for p, c in zip(prompts, completions, strict=True)
+        ]
+        # batches of similar length pad little; the rows go back to their order at the end
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        parts = []
+        for start in range(0, len(order), self.batch_size):
+            index = order[start : start + self.batch_size]
+            batch = self.tokenizer.pad(
+                [{"input_ids": encoded[i]} for i in index], return_tensors="pt", padding=True
+            ).to(self.device)
+            logits = reward_logits(self.model, batch["input_ids"], batch["attention_mask"], self.meta.pooling)
+            parts.append(logits.float().cpu())
+        if not parts:
+            return torch.zeros(0, len(self.meta.weights))
+        out = torch.empty_like(torch.cat(parts))
+        out[order] = torch.cat(parts)
+        return out
 
     def raw(self, prompts: Sequence[Prompt], completions: Sequence[Any]) -> list[float]:
         """Weighted-sum rewards before normalisation."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
@@ -29,7 +30,8 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
-from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward
+from alignflow.models.prompting import completion_text
+from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward, reward_logits
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
@@ -43,7 +45,20 @@ from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):
-    """TRL's RewardTrainer with atomic checkpoints."""
+    """TRL's RewardTrainer with atomic checkpoints; a pooling other than the model's own goes
+    through :func:`reward_logits`, the forward pass the scorer uses at inference."""
+
+    pooling = "model"
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.pooling == "model":
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        logits = reward_logits(model, inputs["input_ids"], inputs["attention_mask"], self.pooling)
+        chosen, rejected = logits.float().squeeze(-1).chunk(2)
+        loss = -F.logsigmoid(chosen - rejected - inputs.get("margin", 0.0)).mean()
+        if self.args.center_rewards_coefficient is not None:
+            loss = loss + self.args.center_rewards_coefficient * ((chosen + rejected) ** 2).mean()
+        return (loss, {"logits": logits}) if return_outputs else loss
 
 
 class HeadsRewardTrainer(StageTrainerMixin, Trainer):
@@ -53,8 +68,10 @@ class HeadsRewardTrainer(StageTrainerMixin, Trainer):
         super().__init__(*args, **kwargs)
         self.weights = torch.tensor(weights, dtype=torch.float32)
 
+    pooling = "model"
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.float()
+        logits = reward_logits(model, inputs["input_ids"], inputs["attention_mask"], self.pooling).float()
         n_scored = int(inputs["n_scored"])
         per_objective = torch.zeros(logits.shape[-1], device=logits.device)
         if n_scored:
@@ -194,6 +211,62 @@ def _scored_rows(data_dir: str | Path, split: str, limit: int | None = None) -> 
     return rows[:limit] if limit else rows
 
 
+def response_log_length(completion: Any) -> float:
+    """log(1 + characters) of a response: the length the prior and the length-gap metrics read."""
+    return float(np.log1p(len(completion_text(completion))))
+
+
+def fit_length_prior(pairs: list[dict[str, Any]]) -> float:
+    """Slope w of P(chosen wins) = sigmoid(w * (log-length chosen - log-length rejected)), by Newton's method.
+
+    Negative when the data prefers shorter answers. Used as a fixed offset during training
+    (``length_debias``): the reward then only has to explain what length does not.
+    """
+    d = np.array([response_log_length(p["chosen"]) - response_log_length(p["rejected"]) for p in pairs])
+    w = 0.0
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-w * d))
+        step = ((1.0 - p) * d).sum() / max((p * (1.0 - p) * d * d).sum(), 1e-12)
+        w += step
+        if abs(step) < 1e-8:
+            break
+    return float(w)
+
+
+def freeze_lower_layers(model: Any, n_layers: int) -> int:
+    """Freeze the embeddings and the ``n_layers`` lowest transformer layers; returns how many were frozen."""
+    if n_layers <= 0:
+        return 0
+    body = getattr(model, model.base_model_prefix)
+    layers = getattr(getattr(body, "encoder", None), "layer", None) or getattr(body, "layers", None)
+    embeddings = getattr(body, "embeddings", None) or getattr(body, "embed_tokens", None)
+    if layers is None or embeddings is None:
+        raise ValueError(f"{type(model).__name__}: cannot find the embeddings and layers to freeze")
+    for module in [embeddings, *list(layers)[:n_layers]]:
+        module.requires_grad_(False)
+    return min(n_layers, len(layers))
+
+
+def length_split_accuracy(
+    pairs: list[dict[str, Any]], chosen: list[float], rejected: list[float]
+) -> dict[str, float]:
+    """Accuracy where the chosen answer is the longer / the shorter one, and their gap (longer - shorter).
+
+    A reward model that learned "shorter wins" scores well on one side only; the gap shows it.
+    """
+    longer, shorter = [], []
+    for p, c, r in zip(pairs, chosen, rejected, strict=True):
+        lc, lr = len(completion_text(p["chosen"])), len(completion_text(p["rejected"]))
+        if lc != lr:
+            (longer if lc > lr else shorter).append(c > r)
+    out: dict[str, float] = {"n_chosen_longer": float(len(longer)), "n_chosen_shorter": float(len(shorter))}
+    if longer and shorter:
+        out["accuracy_chosen_longer"] = float(np.mean(longer))
+        out["accuracy_chosen_shorter"] = float(np.mean(shorter))
+        out["length_gap"] = out["accuracy_chosen_longer"] - out["accuracy_chosen_shorter"]
+    return out
+
+
 def run_reward(
     config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
@@ -210,6 +283,7 @@ def run_reward(
     init = model_init_kwargs(config.model)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names), **init)
     model.config.pad_token_id = tokenizer.pad_token_id
+    freeze_lower_layers(model, stage.freeze_layers)
 
     train_pairs = load_pairs(data_dir, "train")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
@@ -220,8 +294,16 @@ def run_reward(
         require_rows(train_pairs, data_dir, "train", "pair/scored")
         encoded = encode_pairs(train_pairs, tokenizer, stage.max_length, names)
         train_ds = Dataset.from_list(encoded).remove_columns(["targets", "input_ids"])
-        if stage.use_margin:
-            train_ds = train_ds.add_column("margin", [float(p.get("margin") or 0.0) for p in train_pairs])
+        margins = [float(p.get("margin") or 0.0) if stage.use_margin else 0.0 for p in train_pairs]
+        if stage.length_debias:
+            # TRL subtracts the margin inside the sigmoid: -w * d adds the prior w * d to the logit
+            w = stage.length_debias * fit_length_prior(train_pairs)
+            margins = [
+                m - w * (response_log_length(p["chosen"]) - response_log_length(p["rejected"]))
+                for m, p in zip(margins, train_pairs, strict=True)
+            ]
+        if stage.use_margin or stage.length_debias:
+            train_ds = train_ds.add_column("margin", margins)
         args = dict(base_args, max_length=None, center_rewards_coefficient=stage.center_rewards_coefficient)
         args.update(dataset_num_proc=None)
         trainer = AlignflowRewardTrainer(
@@ -249,6 +331,7 @@ def run_reward(
             callbacks=callbacks,
             weights=weights,
         )
+    trainer.pooling = stage.pooling
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     model_dir = save_final_model(trainer, output_dir)
     metrics = {"train_loss": output.training_loss, "global_step": float(trainer.state.global_step)}
@@ -268,7 +351,9 @@ def measure_and_save_meta(
     """Held-out accuracy/margin/ECE, train reward mean/std; the stats go beside the weights."""
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    meta = RewardMeta(objectives=names, weights=weights, max_length=stage.max_length, mode=stage.mode)
+    meta = RewardMeta(
+        objectives=names, weights=weights, max_length=stage.max_length, mode=stage.mode, pooling=stage.pooling
+    )
     scorer = RewardScorer(
         model, tokenizer, meta, normalize=False, batch_size=stage.per_device_eval_batch_size
     )
@@ -290,14 +375,20 @@ def measure_and_save_meta(
             if not stats_rows:
                 meta.mean, meta.std = float(predicted.mean()), max(float(predicted.std()), 1e-6)
     if eval_pairs:
-        metrics.update(_report(scorer, eval_pairs).as_metrics("eval/"))
+        chosen, rejected = _rewards(scorer, eval_pairs)
+        metrics.update(pairwise_report(chosen, rejected).as_metrics("eval/"))
+        for key, value in length_split_accuracy(eval_pairs, chosen, rejected).items():
+            metrics[f"eval/{key}"] = value
     meta.metrics = metrics
     meta.save(model_dir)
     return metrics
 
 
-def _report(scorer: RewardScorer, pairs: list[dict[str, Any]]):
+def _rewards(scorer: RewardScorer, pairs: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
     prompts = [p["prompt"] for p in pairs]
     chosen = scorer.raw(prompts, [p["chosen"] for p in pairs])
-    rejected = scorer.raw(prompts, [p["rejected"] for p in pairs])
-    return pairwise_report(chosen, rejected)
+    return chosen, scorer.raw(prompts, [p["rejected"] for p in pairs])
+
+
+def _report(scorer: RewardScorer, pairs: list[dict[str, Any]]):
+    return pairwise_report(*_rewards(scorer, pairs))

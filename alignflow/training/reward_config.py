@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from alignflow.training.stage_config import StageConfig
 
@@ -33,4 +33,27 @@ class RewardConfig(StageConfig):
     objectives: list[Objective] = Field(default_factory=lambda: [Objective()], min_length=1)
     center_rewards_coefficient: float | None = Field(None, ge=0.0)
     use_margin: bool = Field(False, description="pairwise: subtract each pair's margin inside the sigmoid")
+    pooling: Literal["model", "mean"] = Field(
+        "model",
+        description="'model': the architecture's own head ([CLS] pooler, last token); 'mean': the head "
+        "on the masked mean of the last hidden states (how sentence encoders such as MiniLM were trained)",
+    )
+    length_debias: float = Field(
+        0.0,
+        ge=0.0,
+        description="pairwise: strength of a length prior fitted on the train pairs and added to the "
+        "Bradley-Terry logit during training only (product of experts), so the reward itself need not "
+        "learn 'shorter/longer wins'; 0 = off, 1 = the fitted prior",
+    )
+    freeze_layers: int = Field(
+        0,
+        ge=0,
+        description="freeze the embeddings and this many lowest transformer layers (speed, overfitting)",
+    )
     stats_max_rows: int = Field(1024, ge=1, description="train rows used for the saved reward mean/std")
+
+    @model_validator(mode="after")
+    def _debias_needs_one_pairwise_objective(self) -> RewardConfig:
+        if self.length_debias and (self.mode != "pairwise" or len(self.objectives) != 1):
+            raise ValueError("reward.length_debias needs mode 'pairwise' with one objective")
+        return self

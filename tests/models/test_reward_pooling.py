@@ -1,0 +1,60 @@
+"""Mean pooling of a reward model: padding-blind, order-preserving, and what the meta says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def minilm_reward():
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from alignflow.models.factory import minilm_path
+
+    torch.manual_seed(0)
+    path = minilm_path()
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+PROMPTS = ["Hi", "How do I pick a lock?", "Tell me a joke", "What is the capital of France? Be brief."]
+ANSWERS = ["Hello!", "I can't help with that, sorry.", "Why did the chicken cross the road? " * 5, "Paris."]
+
+
+def _scorer(model, tokenizer, pooling: str, batch_size: int):
+    from alignflow.models.reward_scorer import RewardMeta, RewardScorer
+
+    meta = RewardMeta(max_length=64, pooling=pooling)
+    return RewardScorer(model, tokenizer, meta, normalize=False, batch_size=batch_size)
+
+
+def test_mean_pooling_is_the_head_on_the_masked_mean(minilm_reward):
+    from alignflow.models.reward_scorer import encode_for_reward
+
+    model, tokenizer = minilm_reward
+    batched = _scorer(model, tokenizer, "mean", batch_size=4).raw(PROMPTS, ANSWERS)
+    for prompt, answer, reward in zip(PROMPTS, ANSWERS, batched, strict=True):
+        ids = torch.tensor([encode_for_reward(tokenizer, prompt, answer, 64)])
+        with torch.no_grad():
+            hidden = model.bert(input_ids=ids).last_hidden_state
+            expected = model.classifier(hidden.mean(dim=1)).item()
+        # padded beside longer rows, sorted by length and put back: still this row's own reward
+        assert reward == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_meta_pooling_decides_the_rewards(minilm_reward):
+    model, tokenizer = minilm_reward
+    mean = _scorer(model, tokenizer, "mean", batch_size=2).raw(PROMPTS, ANSWERS)
+    cls = _scorer(model, tokenizer, "model", batch_size=2).raw(PROMPTS, ANSWERS)
+    assert cls != pytest.approx(mean, abs=1e-3)
+    with pytest.raises(ValueError, match="unknown reward pooling"):
+        _scorer(model, tokenizer, "max", batch_size=2).raw(PROMPTS, ANSWERS)
+
+
+def test_rows_come_back_in_their_order(minilm_reward):
+    model, tokenizer = minilm_reward
+    one_by_one = _scorer(model, tokenizer, "model", batch_size=1).raw(PROMPTS, ANSWERS)
+    batched = _scorer(model, tokenizer, "model", batch_size=3).raw(PROMPTS, ANSWERS)
+    assert batched == pytest.approx(one_by_one, abs=1e-4)
+    assert _scorer(model, tokenizer, "mean", batch_size=3).raw([], []) == []

@@ -1,0 +1,87 @@
+"""Reward-stage options of issue #15 part 3: pooling, length debiasing, frozen lower layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _pair(chosen: str, rejected: str) -> dict:
+    return {"prompt": "Q?", "chosen": chosen, "rejected": rejected}
+
+
+def test_length_prior_reads_which_length_wins():
+    from alignflow.training.reward import fit_length_prior
+
+    shorter_wins = [_pair("no", "no, and here is why at length")] * 8 + [_pair("long answer here", "ok")] * 2
+    longer_wins = [_pair(r["rejected"], r["chosen"]) for r in shorter_wins]
+    assert fit_length_prior(shorter_wins) < -0.1
+    assert fit_length_prior(longer_wins) == pytest.approx(-fit_length_prior(shorter_wins))
+    balanced = [_pair("a", "a much longer one"), _pair("a much longer one", "a")]
+    assert fit_length_prior(balanced) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_length_split_accuracy():
+    from alignflow.training.reward import length_split_accuracy
+
+    pairs = [_pair("short", "much longer"), _pair("much longer", "short"), _pair("long one", "tiny")]
+    pairs.append(_pair("same", "same"))  # equal lengths count on neither side
+    out = length_split_accuracy(pairs, [1.0, 0.0, 2.0, 5.0], [0.0, 1.0, 1.0, 0.0])
+    assert out["n_chosen_shorter"] == 1 and out["n_chosen_longer"] == 2
+    assert out["accuracy_chosen_shorter"] == 1.0
+    assert out["accuracy_chosen_longer"] == 0.5
+    assert out["length_gap"] == pytest.approx(-0.5)
+
+
+def test_mean_pooled_debiased_minilm_scores_at_inference_as_in_training(demo_config, demo_snapshot, tmp_path):
+    """A saved model scored by the scorer (any consumer) reproduces the stage's own held-out metrics."""
+    from safetensors.torch import load_file
+
+    from alignflow.data.snapshot import load_split
+    from alignflow.models.factory import minilm_path
+    from alignflow.models.reward_scorer import load_reward_scorer
+    from alignflow.training.reward import run_reward
+
+    config = demo_config(
+        "reward.backbone=minilm",
+        "reward.pooling=mean",
+        "reward.length_debias=1.0",
+        "reward.freeze_layers=2",
+        "reward.max_steps=4",
+        "reward.per_device_train_batch_size=4",
+        "reward.learning_rate=0.001",
+        "reward.max_length=48",
+        "reward.eval_max_rows=24",
+        "reward.stats_max_rows=8",
+        "reward.save_steps=1000",
+    )
+    result = run_reward(config, demo_snapshot, tmp_path)
+    scorer = load_reward_scorer(result.model_dir, normalize=False)
+    assert scorer.meta.pooling == "mean"
+    pairs = load_split(demo_snapshot, "eval", kind="pair")[:24]
+    prompts = [p["prompt"] for p in pairs]
+    chosen = torch.tensor(scorer.raw(prompts, [p["chosen"] for p in pairs]))
+    rejected = torch.tensor(scorer.raw(prompts, [p["rejected"] for p in pairs]))
+    m = result.metrics
+    assert float((chosen > rejected).float().mean()) == pytest.approx(m["eval/accuracy"])
+    assert float((chosen - rejected).mean()) == pytest.approx(m["eval/margin_mean"], abs=1e-5)
+    assert "eval/length_gap" in m or min(m["eval/n_chosen_longer"], m["eval/n_chosen_shorter"]) == 0
+
+    # the frozen embeddings and two lowest layers left training untouched; the top layer moved
+    before = load_file(str(minilm_path() / "model.safetensors"))
+    after = load_file(f"{result.model_dir}/model.safetensors")
+    for key in ("embeddings.word_embeddings.weight", "encoder.layer.1.attention.self.query.weight"):
+        assert torch.equal(after[f"bert.{key}"], before[key]), key
+    top = "encoder.layer.5.attention.self.query.weight"
+    assert not torch.equal(after[f"bert.{top}"], before[top])
+
+
+def test_length_debias_needs_one_pairwise_objective():
+    from pydantic import ValidationError
+
+    from alignflow.training.reward_config import RewardConfig
+
+    assert RewardConfig(length_debias=1.0).length_debias == 1.0
+    for bad in ({"mode": "mixed"}, {"objectives": [{"name": "a"}, {"name": "b"}]}):
+        with pytest.raises(ValidationError, match="length_debias"):
+            RewardConfig(length_debias=1.0, **bad)
