@@ -143,7 +143,7 @@ def add_dataset(
     With ``reuse`` (the default) an input already turned into the tracked snapshot is not
     validated again: the existing version comes back with ``reused=True``.
     ``check_labels`` sees the validated records before anything is written and may raise
-    to stop (the poisoned-data check: :mod:`alignflow.data.label_check`).
+    to stop (the poisoned-data check: :mod:`alignflow.evaluation.label_check`).
     """
     config = config or DataConfig()
     repo_dir = Path(repo_dir).resolve()
