@@ -70,6 +70,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "full/chosen": {"phase": "full", "set": None},
     # the full budget with the [CLS] pooler instead: pooling measured at the committed budget
     "full/cls-pooler": {"phase": "full", "set": {"pooling": "model"}, "base": "config"},
+    "full/no-length-debias": {"phase": "full", "set": {"length_debias": 0.0}, "base": "config"},
     "full/cls-pooler-len192": {
         "phase": "full",
         "set": {"pooling": "model", "max_length": 192},
