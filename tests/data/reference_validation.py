@@ -11,17 +11,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from alignflow.data.checks import TEXT_FIELDS, as_text, check_record, label_imbalance, near_key_text
 from alignflow.data.config import DataConfig
-from alignflow.data.expectations import run_expectations
 from alignflow.data.issues import UNREADABLE_FILE_REASONS, Issue, Reason
 from alignflow.data.normalize import RowError, normalize_row
 from alignflow.data.readers import RawRow, read_rows
 from alignflow.data.report import build_report
 from alignflow.data.split import leaked_prompts, prompt_key
-from alignflow.data.validation import Entry, Validated, describe_inputs, load_tokenizer
+from alignflow.data.validation import (  # unchanged by the bulk path: shared, not copied
+    Entry,
+    Validated,
+    _apply_expectations,
+    _entry_issue,
+    describe_inputs,
+    load_tokenizer,
+)
 
 
 class DuplicateIndex:
@@ -56,17 +60,6 @@ def _issue(error: RowError, raw: RawRow) -> Issue:
     return Issue(error.code, str(error), raw.file, raw.row, error.field, raw.data)
 
 
-def _entry_issue(error: RowError | Any, entry: Entry) -> Issue:
-    return Issue(
-        error.code,
-        str(error) if isinstance(error, RowError) else error.message,
-        entry.file,
-        entry.row,
-        error.field,
-        entry.original,
-    )
-
-
 def _normalise_all(
     rows: Iterable[RawRow], config: DataConfig, tokenizer: Any, issues: list[Issue]
 ) -> tuple[int, list[Entry]]:
@@ -84,36 +77,6 @@ def _normalise_all(
             continue
         candidates.append(Entry(record, raw.file, raw.row, raw.split, raw.data))
     return count, candidates
-
-
-def _expectation_frame(entries: list[Entry]) -> pd.DataFrame:
-    columns: dict[str, list[Any]] = {
-        name: [] for name in ("kind", "prompt", "chosen", "rejected", "completion")
-    }
-    scores = []
-    for entry in entries:
-        record = entry.record
-        for name in columns:
-            columns[name].append(as_text(record.get(name)) if name != "kind" else str(record["kind"]))
-        scores.append(record.get("score"))
-    frame = pd.DataFrame(columns, dtype=object)
-    frame["score"] = (
-        pd.array(scores, dtype="Float64").astype("float64") if entries else pd.Series(dtype=float)
-    )
-    return frame
-
-
-def _apply_expectations(
-    entries: list[Entry], config: DataConfig, issues: list[Issue]
-) -> tuple[list[Entry], list[dict[str, Any]]]:
-    if not entries:
-        return entries, []
-    failures, summary = run_expectations(_expectation_frame(entries), config.max_chars)
-    first: dict[int, Any] = {}
-    for failure in sorted(failures, key=lambda f: f.index):
-        first.setdefault(failure.index, failure)
-    issues.extend(_entry_issue(first[i], entries[i]) for i in sorted(first))
-    return [e for i, e in enumerate(entries) if i not in first], summary
 
 
 def _dedupe(entries: list[Entry], issues: list[Issue]) -> list[Entry]:
