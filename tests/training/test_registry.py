@@ -84,3 +84,20 @@ def test_train_refuses_a_data_file_that_fails_validation(tmp_path, tiny_model_di
     assert "failed validation" in result.output and not (out / "model").exists()
     report = json.loads((out / "failed-report.json").read_text())
     assert len(report["quarantined_rows"]) == 5
+
+
+def test_a_plugin_package_registers_its_stage_through_an_entry_point(tmp_path, monkeypatch):
+    """What a separately installed package does: an ``alignflow.stages`` entry point, no code here."""
+    from alignflow.training import registry
+
+    dist = tmp_path / "toy_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[alignflow.stages]\ntoy = tests.training.toy_algorithm:TOY\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    try:
+        assert "toy" in stages() and "toy" in policy_algorithms()
+        assert load_config(None, ["policy.algorithm=toy", "toy.max_steps=4"]).toy.max_steps == 4
+    finally:
+        registry.unregister_stage("toy")
