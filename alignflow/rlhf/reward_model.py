@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from alignflow.models.reward_scorer import RewardMeta, combine_heads, encode_for_reward
+from alignflow.models.reward_scorer import RewardMeta, combine_heads, encode_for_reward, reward_logits
 
 R = TypeVar("R", bound="RewardModel")
 
@@ -44,7 +44,7 @@ class RewardModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The model's reward for each row: its objective heads' weighted sum, unnormalised."""
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+        logits = reward_logits(self.model, input_ids, attention_mask, self.meta.pooling).float()
         return combine_heads(logits, self.meta.weights)
 
     @property

@@ -58,3 +58,18 @@ def test_rows_come_back_in_their_order(minilm_reward):
     batched = _scorer(model, tokenizer, "model", batch_size=3).raw(PROMPTS, ANSWERS)
     assert batched == pytest.approx(one_by_one, abs=1e-4)
     assert _scorer(model, tokenizer, "mean", batch_size=3).raw([], []) == []
+
+
+def test_the_research_reward_model_scores_with_the_pooling_its_meta_names(minilm_reward):
+    """spec 002's RewardModel and the pipeline's scorer give a mean-pooled model the same rewards."""
+    from alignflow.models.reward_scorer import RewardMeta
+    from alignflow.rlhf.reward_model import RewardModel
+
+    model, tokenizer = minilm_reward
+    expected = _scorer(model, tokenizer, "mean", batch_size=4).raw(PROMPTS, ANSWERS)
+    research = RewardModel(model, tokenizer, RewardMeta(max_length=64, pooling="mean"))
+    with torch.no_grad():
+        got = research(**research.encode(PROMPTS, ANSWERS)).tolist()
+    assert got == pytest.approx(expected, abs=1e-5)
+    as_trained_by_default = _scorer(model, tokenizer, "model", batch_size=4).raw(PROMPTS, ANSWERS)
+    assert got != pytest.approx(as_trained_by_default, abs=1e-3)
