@@ -16,6 +16,7 @@ import numpy as np
 
 from alignflow.evaluation.benchmark import Benchmark, benchmark_info
 from alignflow.registry.models import download_model_dir
+from alignflow.registry.runs import ensure_experiment
 from alignflow.registry.tracking import sanitize_name
 
 _REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
@@ -136,7 +137,8 @@ def log_benchmark_run(
     mlflow.set_tracking_uri(tracking_uri)
     experiment_id = _experiment_of(client, model)
     if experiment_id is None:
-        experiment_id = mlflow.set_experiment(f"{model.name}-eval").experiment_id
+        # by id, not mlflow.set_experiment: a library call leaves the process's active experiment alone
+        experiment_id = ensure_experiment(tracking_uri, f"{model.name}-eval")
     bench = sanitize_name(benchmark.name).replace("/", "_")
     metrics = {
         sanitize_name(f"{bench}/{k}"): float(v)

@@ -96,8 +96,8 @@ def test_registered_policy_evaluation_is_logged_on_its_version(
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # tracking configured through the environment
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment_id=MlflowClient(uri).create_experiment("demo", str(tmp_path / "art")))
-    with mlflow.start_run():
+    experiment = MlflowClient(uri).create_experiment("demo", str(tmp_path / "art"))
+    with mlflow.start_run(experiment_id=experiment):  # not set_experiment: later tests get a fresh store
         logged = models.log_model(tiny_model_dir, uri, "demo-policy")
     out = tmp_path / "out"
     result = runner.invoke(

@@ -151,8 +151,8 @@ def test_evaluation_run_lands_on_the_registered_version(reward_model_dir, tmp_pa
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment_id=MlflowClient(uri).create_experiment("demo", str(tmp_path / "art")))
-    with mlflow.start_run():
+    experiment = MlflowClient(uri).create_experiment("demo", str(tmp_path / "art"))
+    with mlflow.start_run(experiment_id=experiment):  # not set_experiment: later tests get a fresh store
         logged = models.log_model(reward_model_dir, uri, "demo-reward")
     data, out = _bad_rows_file(tmp_path / "mixed.jsonl"), tmp_path / "out"
     result = _invoke(
