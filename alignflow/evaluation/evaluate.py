@@ -111,9 +111,7 @@ def evaluate_reward_regression(
         names.REWARD_RATINGS: float(len(rated)),
     }
     if len(set(truth)) > 1 and len(set(predicted)) > 1:
-        metrics[names.REWARD_SPEARMAN] = float(
-            pd.Series(predicted).corr(pd.Series(truth), method="spearman")
-        )
+        metrics[names.REWARD_SPEARMAN] = float(pd.Series(predicted).corr(pd.Series(truth), method="spearman"))
     return EvalReport(metrics=metrics, series={"reward/rated": list(predicted)})
 
 

@@ -64,7 +64,6 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-
     if tracking_uri is None:
         raise ValueError(
             f"{ref}: a registered model needs a tracking URI (--tracking-uri or MLFLOW_TRACKING_URI)"
@@ -131,7 +130,6 @@ def log_benchmark_run(
     """
     import mlflow
     from mlflow import MlflowClient
-
 
     client = MlflowClient(tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)

@@ -68,9 +68,7 @@ def set_tags(tags: Mapping[str, Any]) -> None:
         mlflow.set_tags({sanitize_name(k): str(v)[:MAX_PARAM_VALUE] for k, v in tags.items()})
 
 
-def log_report(
-    report: Any, out_dir: str | Path, plots: dict[str, Path] | None = None
-) -> dict[str, Path]:
+def log_report(report: Any, out_dir: str | Path, plots: dict[str, Path] | None = None) -> dict[str, Path]:
     """Write an :class:`~alignflow.evaluation.report.EvalReport` and log it (metrics, files,
     plots, sample table) to the active run.
 

@@ -169,7 +169,6 @@ def test_preference_env_with_human_feedback_records_comparisons(tokenizer):
     ]
 
 
-
 class _CountDigits(torch.nn.Module):
     """A stand-in preference model: its score is the number of digit tokens it sees."""
 
