@@ -250,20 +250,23 @@ def freeze_lower_layers(model: Any, n_layers: int) -> int:
 def length_split_accuracy(
     pairs: list[dict[str, Any]], chosen: list[float], rejected: list[float]
 ) -> dict[str, float]:
-    """Accuracy where the chosen answer is the longer / the shorter one, and their gap (longer - shorter).
+    """Accuracy where the chosen answer is the longer / the shorter one, and their signed gap
+    (longer - shorter), from :func:`~alignflow.evaluation.benchmark.length_bias`.
 
     A reward model that learned "shorter wins" scores well on one side only; the gap shows it.
     """
-    longer, shorter = [], []
-    for p, c, r in zip(pairs, chosen, rejected, strict=True):
-        lc, lr = len(completion_text(p["chosen"])), len(completion_text(p["rejected"]))
-        if lc != lr:
-            (longer if lc > lr else shorter).append(c > r)
-    out: dict[str, float] = {"n_chosen_longer": float(len(longer)), "n_chosen_shorter": float(len(shorter))}
-    if longer and shorter:
-        out["accuracy_chosen_longer"] = float(np.mean(longer))
-        out["accuracy_chosen_shorter"] = float(np.mean(shorter))
-        out["length_gap"] = out["accuracy_chosen_longer"] - out["accuracy_chosen_shorter"]
+    from alignflow.evaluation.benchmark import length_bias
+
+    lengths = {side: [len(completion_text(p[side])) for p in pairs] for side in ("chosen", "rejected")}
+    bias = length_bias(chosen, rejected, lengths["chosen"], lengths["rejected"])
+    longer, shorter = bias.chosen_longer, bias.chosen_shorter
+    out = {"n_chosen_longer": float(longer.n), "n_chosen_shorter": float(shorter.n)}
+    if bias.gap is not None:
+        out |= {
+            "accuracy_chosen_longer": longer.value,
+            "accuracy_chosen_shorter": shorter.value,
+            "length_gap": longer.value - shorter.value,
+        }
     return out
 
 
