@@ -117,8 +117,7 @@ def validate(
     every quarantined row under ``quarantined_rows``.
     """
     from alignflow.data.readers import FormatError
-    from alignflow.data.report import write_report
-    from alignflow.data.validation import exit_code, validate_paths
+    from alignflow.data.validation import exit_code, validate_paths, write_full_report
 
     config = _config(config_path, overrides)
     try:
@@ -129,8 +128,7 @@ def validate(
         raise typer.Exit(EXIT_USAGE) from None
     written = None
     if report or validated.issues:
-        full = {**validated.report, "quarantined_rows": validated.issues}  # written as to_dict()
-        written = write_report(full, (report or DEFAULT_REPORT).resolve())
+        written = write_full_report(validated, (report or DEFAULT_REPORT).resolve())
     _print_report(validated.report, written)
     raise typer.Exit(exit_code(validated.report))
 

@@ -54,8 +54,7 @@ def snapshot_file(path: Path, data_config, into: Path) -> Path:
     """
     from alignflow.data.pipeline import write_snapshot
     from alignflow.data.readers import FormatError
-    from alignflow.data.report import write_report
-    from alignflow.data.validation import summarize, validate_paths
+    from alignflow.data.validation import summarize, validate_paths, write_full_report
 
     try:
         validated = validate_paths([path], data_config)
@@ -63,10 +62,7 @@ def snapshot_file(path: Path, data_config, into: Path) -> Path:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from exc
     if not validated.passed:
-        report = write_report(
-            {**validated.report, "quarantined_rows": [i.to_dict() for i in validated.issues]},
-            into.with_name("failed-report.json"),
-        )
+        report = write_full_report(validated, into.with_name("failed-report.json"))
         typer.echo(
             f"error: {path} failed validation; nothing trained\n{summarize(validated, report).summary}",
             err=True,

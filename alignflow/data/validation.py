@@ -666,6 +666,13 @@ def validate_dataset(
     return summarize(validated, report_path)
 
 
+def write_full_report(validated: Validated, path: str | Path) -> Path:
+    """The report with every quarantined row listed under ``quarantined_rows`` (one per line)."""
+    from alignflow.data.report import write_report
+
+    return write_report({**validated.report, "quarantined_rows": validated.issues}, path)
+
+
 def summarize(validated: Validated, report_path: str | Path | None = None) -> ValidationResult:
     return summarize_report(validated.report, report_path)
 

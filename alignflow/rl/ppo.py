@@ -294,6 +294,7 @@ class PPOTrainer:
         self.history: list[dict[str, float]] = []
         self._prompt_rng = random.Random(config.seed)
         self._order: list[int] = []
+        self._named_default_dir = False  # the default checkpoint folder is logged once
         torch.manual_seed(config.seed)
 
     # ---- experience ---------------------------------------------------------------------
@@ -613,7 +614,7 @@ class PPOTrainer:
         if self.config.output_dir:
             return Path(self.config.output_dir)
         root = Path(DEFAULT_OUTPUT_DIR).resolve()
-        if not getattr(self, "_named_default_dir", False):
+        if not self._named_default_dir:
             logger.warning("PPOConfig.output_dir is not set: checkpoints go to %s", root)
             self._named_default_dir = True
         return root
