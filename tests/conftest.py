@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,6 +19,8 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+# cached reference log-probs and the like stay out of the user's ~/.cache
+os.environ.setdefault("ALIGNFLOW_CACHE", tempfile.mkdtemp(prefix="alignflow-test-cache-"))
 
 import pytest  # noqa: E402
 

@@ -21,7 +21,9 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.reference_logps import CachedReferenceMixin
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -33,30 +35,34 @@ from alignflow.training.stage import (
 from alignflow.training.tracking import TrackingCallback
 
 
-class AlignflowDPOTrainer(StageTrainerMixin, DPOTrainer):
-    """TRL's DPOTrainer with atomic checkpoints."""
+class AlignflowDPOTrainer(StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, DPOTrainer):
+    """TRL's DPOTrainer with atomic checkpoints, cached reference log-probs and length-grouped batches."""
 
 
 class ReferenceFreeDPOTrainer(AlignflowDPOTrainer):
     """DPO against a uniform reference: every reference log-probability is zero.
 
     Runs with ``precompute_ref_log_probs`` so TRL keeps no reference model in memory and
-    reads the (zero) reference log-probs from the dataset.
+    reads the (zero) reference log-probs from the dataset; zeros need no cache.
     """
+
+    def _precompute_ref_logps(self, dataset, name, batch_size):
+        zeros = [0.0] * len(dataset)
+        return dataset.add_column("ref_chosen_logps", zeros).add_column("ref_rejected_logps", zeros)
 
     def compute_ref_log_probs(self, model, inputs):
         zeros = torch.zeros(inputs["input_ids"].shape[0] // 2, device=inputs["input_ids"].device)
         return zeros, zeros.clone()
 
 
-class AlignflowKTOTrainer(StageTrainerMixin, KTOTrainer):
+class AlignflowKTOTrainer(StageTrainerMixin, LengthGroupedMixin, KTOTrainer):
     """TRL's KTOTrainer with atomic checkpoints."""
 
 
 def _orpo_trainer_class():
     from trl.experimental.orpo import ORPOTrainer
 
-    class AlignflowORPOTrainer(StageTrainerMixin, ORPOTrainer):
+    class AlignflowORPOTrainer(StageTrainerMixin, LengthGroupedMixin, ORPOTrainer):
         """TRL's (experimental) ORPOTrainer with atomic checkpoints."""
 
     return AlignflowORPOTrainer
@@ -114,6 +120,7 @@ def _trainer_and_args(stage: Any, reference_free: bool) -> tuple[type, type, dic
     if reference_free:
         extra["precompute_ref_log_probs"] = True
         return ReferenceFreeDPOTrainer, TRLDPOConfig, extra
+    extra["precompute_ref_log_probs"] = stage.precompute_reference
     return AlignflowDPOTrainer, TRLDPOConfig, extra
 
 
@@ -143,6 +150,9 @@ def run_dpo(
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
     model: Any = start
+    trainer_kwargs: dict[str, Any] = {}
+    if issubclass(trainer_cls, CachedReferenceMixin):
+        trainer_kwargs["reference_cache_dir"] = stage.reference_cache_dir
     if stage.method == "orpo":  # the experimental ORPO trainer wants a model object
         from transformers import AutoModelForCausalLM
 
@@ -155,8 +165,9 @@ def run_dpo(
         processing_class=tokenizer,
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
+        **trainer_kwargs,
     )
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = reference_metrics(trainer)
     if eval_ds is not None:
         metrics.update(_prefixed(trainer.evaluate(), "before_"))
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
@@ -166,6 +177,15 @@ def run_dpo(
         metrics.update(_prefixed(trainer.evaluate(), ""))
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage("dpo", output_dir, model_dir, metrics, resumed_from)
+
+
+def reference_metrics(trainer: Any) -> dict[str, float]:
+    """What the reference pass did: per split, 1.0 when its log-probs came from the cache, and its seconds."""
+    metrics = {}
+    for split, event in getattr(trainer, "reference_cache_events", {}).items():
+        metrics[f"reference/{split}_cached"] = float(event["cached"])
+        metrics[f"reference/{split}_seconds"] = float(event["seconds"])
+    return metrics
 
 
 def _prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, float]:

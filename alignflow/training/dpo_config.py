@@ -23,6 +23,19 @@ class DPOConfig(StageConfig):
     desirable_weight: float = Field(1.0, gt=0, description="KTO only")
     undesirable_weight: float = Field(1.0, gt=0, description="KTO only")
     max_prompt_length: int | None = None
+    group_by_length: bool = Field(
+        True,
+        description="pairs in batches of similar length (see StageConfig): on preference data of mixed "
+        "lengths most of a random batch is padding",
+    )
+    precompute_reference: bool = Field(
+        True,
+        description="method 'dpo': compute the reference's log-probs once before training (cached per "
+        "reference weights and tokenized pairs) instead of running the reference at every step",
+    )
+    reference_cache_dir: str | None = Field(
+        None, description="where cached reference log-probs live; None: $ALIGNFLOW_CACHE/reference-logps"
+    )
 
     @model_validator(mode="after")
     def _known_losses(self) -> DPOConfig:

@@ -32,6 +32,7 @@ from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
 from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward, reward_logits
+from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
     StageResult,
@@ -44,7 +45,7 @@ from alignflow.training.stage import (
 from alignflow.training.tracking import TrackingCallback
 
 
-class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):
+class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTrainer):
     """TRL's RewardTrainer with atomic checkpoints; a pooling other than the model's own goes
     through :func:`reward_logits`, the forward pass the scorer uses at inference."""
 
@@ -61,7 +62,7 @@ class AlignflowRewardTrainer(StageTrainerMixin, RewardTrainer):
         return (loss, {"logits": logits}) if return_outputs else loss
 
 
-class HeadsRewardTrainer(StageTrainerMixin, Trainer):
+class HeadsRewardTrainer(StageTrainerMixin, LengthGroupedMixin, Trainer):
     """Weighted per-objective losses: MSE on scores, Bradley-Terry on pairs, or both (mixed)."""
 
     def __init__(self, *args, weights: list[float], **kwargs):

@@ -51,6 +51,11 @@ class RewardConfig(StageConfig):
         description="freeze the embeddings and this many lowest transformer layers (speed, overfitting)",
     )
     stats_max_rows: int = Field(1024, ge=1, description="train rows used for the saved reward mean/std")
+    group_by_length: bool = Field(
+        True,
+        description="pairs in batches of similar length (see StageConfig): on preference data of mixed "
+        "lengths most of a random batch is padding",
+    )
 
     @model_validator(mode="after")
     def _debias_needs_one_pairwise_objective(self) -> RewardConfig:

@@ -39,6 +39,11 @@ class StageConfig(RunConfig):
     per_device_train_batch_size: int = Field(16, ge=1)
     gradient_accumulation_steps: int = Field(1, ge=1)
     save_steps: int = Field(50, ge=1)
+    group_by_length: bool = Field(
+        False,
+        description="batches of rows of similar length, drawn from shuffled mega-batches (transformers' "
+        "group_by_length): far less padding on data of mixed lengths; False: plain random batches",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="passed through to the TRL/transformers config (any field it has)"
     )

@@ -1,0 +1,85 @@
+"""Batches of similar length: the same rows each epoch, far less padding per step.
+
+Preference data mixes one-line answers with long multi-turn conversations. Drawn at
+random, a batch pads every row to its longest one, and on real data (HH-RLHF) most of a
+step's compute goes into padding. transformers' ``group_by_length`` sampler draws
+mega-batches at random and sorts each by length, but it reads the length of one
+``input_ids`` column, and the preference trainers keep their tokens in several
+(``prompt_ids`` + ``chosen_ids``/``rejected_ids``). :class:`LengthGroupedMixin` gives the
+sampler the width a row really pads to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# a row's body: the widest of these is what its batch pads to (chosen and rejected share a batch)
+BODY_COLUMNS = ("input_ids", "chosen_ids", "rejected_ids", "completion_ids")
+PREFIX_COLUMN = "prompt_ids"
+
+
+def padded_lengths(dataset: Any, max_length: int | None = None) -> list[int] | None:
+    """Per row, the tokens it pads to in a batch: its prompt plus its widest body column, at most
+    ``max_length`` (the trainers' collators truncate there).
+
+    None when the dataset holds no token columns (raw text, a prompt-only dataset).
+    """
+    import pyarrow.compute as pc
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset):
+        return None
+    body = [c for c in BODY_COLUMNS if c in dataset.column_names]
+    if not body:
+        return None
+    table = dataset.with_format("arrow")[:]
+    widths = np.max([_list_lengths(pc, table.column(c)) for c in body], axis=0)
+    if PREFIX_COLUMN in dataset.column_names:
+        widths = widths + _list_lengths(pc, table.column(PREFIX_COLUMN))
+    if max_length:
+        widths = np.minimum(widths, max_length)
+    return widths.astype(int).tolist()
+
+
+def _list_lengths(pc: Any, column: Any) -> np.ndarray:
+    return pc.fill_null(pc.list_value_length(column), 0).to_numpy()
+
+
+class LengthGroupedMixin:
+    """A trainer whose ``group_by_length`` sampling reads :func:`padded_lengths`.
+
+    Put it before the TRL/transformers base class. With any other sampling strategy the
+    base class samples as it always does; a dataset without token columns is shuffled.
+    """
+
+    def _get_train_sampler(self, train_dataset: Any = None):
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if getattr(self.args, "train_sampling_strategy", None) == "group_by_length":
+            lengths = padded_lengths(dataset, getattr(self.args, "max_length", None))
+            if lengths is not None:
+                from transformers.trainer_pt_utils import LengthGroupedSampler
+
+                batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
+                return LengthGroupedSampler(batch, lengths=lengths)
+            from torch.utils.data import RandomSampler
+
+            return RandomSampler(dataset)
+        return super()._get_train_sampler(train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset: Any):
+        """Evaluation in length-grouped batches too, in an order fixed by the data seed."""
+        if getattr(self.args, "train_sampling_strategy", None) != "group_by_length" or eval_dataset is None:
+            return super()._get_eval_sampler(eval_dataset)
+        import torch
+        from torch.utils.data import SequentialSampler
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        lengths = padded_lengths(eval_dataset, getattr(self.args, "max_length", None))
+        if lengths is None or self.args.world_size > 1:
+            return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return LengthGroupedSampler(
+            self.args.eval_batch_size, lengths=lengths, generator=torch.Generator().manual_seed(seed)
+        )
