@@ -502,6 +502,9 @@ def _markdown(report: dict[str, Any]) -> str:
         f"{'met' if report['meets_target'] else 'not met'}.",
         f"SIGKILL halfway: {report['sigkill_lost']} acknowledged writes lost, "
         f"{report['sigkill_doubled']} stored twice.",
+        "",
+        "Rows above acked in a wrk row are requests still in flight when wrk stopped the clock: "
+        "stored, never answered, so never counted (at most one per connection).",
     ]
     return "\n".join(lines) + "\n"
 
