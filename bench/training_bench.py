@@ -1,18 +1,24 @@
 """DPO and reward-model training: alignflow's stages vs TRL's trainers used directly.
 
-Same tiny offline model, same demo pairs (same prompt rendering), same number of steps,
-batch size and learning rate on both sides; everything else is each tool's own default.
-For TRL that means its trainer config as shipped (gradient checkpointing on, ``max_length``
-1024, checkpoint every 500 steps), with bf16 switched off only where the device has no bf16.
-alignflow's stage does what it always does (activation checkpointing off unless a stage
-config asks for it): loads the versioned snapshot, checkpoints atomically every
-``save_steps``, evaluates before and after on held-out pairs (DPO) or measures
-accuracy/calibration and reward statistics (reward), and saves the final model.
+Real preference data (the shared HH-RLHF harmless-base pairs, a mix of one-line answers
+and long multi-turn chats) and a small causal LM built offline on that text. Both sides
+get the same pairs (rendered the same way), the same number of steps, batch size,
+learning rate, seed and ``max_length`` (TRL's default, 1024); everything else is each
+tool's own default. For TRL that is its trainer config as shipped (gradient checkpointing
+on, the reference model run at every DPO step, random batches), with bf16 switched off only
+where the device has no bf16. alignflow's stage does what it always does: length-grouped
+batches, DPO reference log-probs computed once before training in length-sorted batches and
+cached per (reference weights, tokenized pairs), atomic checkpoints, and its measurements
+(DPO: held-out evaluation before and after; reward: accuracy, calibration, reward
+statistics).
 
-Each case runs in its own process so that peak memory (max RSS, and peak CUDA memory on a
-GPU) belongs to that case alone. Reported per case: pairs/s over the training loop
-(``Trainer.train`` timed the same way on both sides), pairs/s over the whole call, peak
-memory and the final training loss; then alignflow/TRL ratios.
+Each case runs in its own process (peak RSS is that case's own) and ``REPEATS`` times;
+the medians are reported. Per case: pairs/s over the training loop (``Trainer.train``,
+timed the same way on both sides), pairs/s over the whole call (model load, data
+preparation, the reference pass, training, evaluation, saving), peak memory and the final
+training loss. Every alignflow DPO run starts with an empty reference cache (cold); the
+``dpo:alignflow-rerun`` case then reruns with another ``beta`` on a warm cache, what a
+hyperparameter sweep sees. Ratios are alignflow/TRL.
 
 Run: ``python -m bench training`` (writes bench/results/training.{json,md}).
 """
@@ -23,6 +29,8 @@ import json
 import os
 import platform
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,36 +43,50 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
-STEPS = 40
+HH_PAIRS = REPO.parent / "shared" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
+# steps per stage: enough that the faster side trains >= 30 s on two CPU cores
+# (ALIGNFLOW_BENCH_STEPS=N sets both, e.g. for a quick check that the bench runs)
+STEPS = {"dpo": 125, "reward": 170}
+if os.environ.get("ALIGNFLOW_BENCH_STEPS"):
+    STEPS = dict.fromkeys(STEPS, int(os.environ["ALIGNFLOW_BENCH_STEPS"]))
 BATCH = 16
+MAX_LENGTH = 1024  # TRL's default for both trainers; alignflow is given the same
 LEARNING_RATE = {"dpo": 1e-3, "reward": 3e-3}
 BETA = 0.1
+REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 3))
 CASES = ("dpo:alignflow", "dpo:trl", "reward:alignflow", "reward:trl")
+RERUN = "dpo:alignflow-rerun"
 
 
 # ------------------------------------------------------------------ shared inputs
 
 
 def prepare(root: Path) -> tuple[Path, Path]:
-    """A demo snapshot (train/eval Parquet) and a tiny model, both written once for all cases."""
-    from alignflow.data.demo import iter_demo_pairs
-    from alignflow.data.snapshot import write_split
+    """The HH pairs validated and split as ``alignflow data add`` does, and a small model built on them."""
+    from alignflow.config import load_config
+    from alignflow.data.pairing import load_pairs
+    from alignflow.data.pipeline import write_snapshot
+    from alignflow.data.validation import validate_paths
     from alignflow.models import build_tiny_model
+    from alignflow.models.prompting import completion_text, format_prompt
 
-    records = [dict(r, kind="pair") for r in iter_demo_pairs(800, seed=0)]
+    config = load_config(REPO / "configs" / "hh-rlhf.yaml", [f"data.source={HH_PAIRS}"])
     data_dir = root / "data"
-    write_split(data_dir, "train", records[:640])
-    write_split(data_dir, "eval", records[640:])
-    texts = [f"{r['prompt']} {r['chosen']} {r['rejected']}" for r in records]
+    write_snapshot(validate_paths([HH_PAIRS], config.data), config.data, data_dir, REPO)
+    pairs = load_pairs(data_dir, "train")
+    texts = [
+        f"{format_prompt(None, p['prompt'])} {completion_text(p['chosen'])} {completion_text(p['rejected'])}"
+        for p in pairs
+    ]
     return data_dir, build_tiny_model(texts, root / "tiny")
 
 
 def _pairs_dataset(data_dir: Path, tokenizer: Any):
     """The rows TRL sees: the snapshot's pairs rendered exactly as alignflow's DPO stage renders them."""
-    from alignflow.data.snapshot import load_split
+    from alignflow.data.pairing import load_pairs
     from alignflow.training.dpo import pair_dataset
 
-    return pair_dataset(load_split(data_dir, "train", kind="pair"), tokenizer)
+    return pair_dataset(load_pairs(data_dir, "train"), tokenizer)
 
 
 def _trl_common(out: Path, stage: str) -> dict[str, Any]:
@@ -72,9 +94,10 @@ def _trl_common(out: Path, stage: str) -> dict[str, Any]:
 
     common = {
         "output_dir": str(out),
-        "max_steps": STEPS,
+        "max_steps": STEPS[stage],
         "per_device_train_batch_size": BATCH,
         "learning_rate": LEARNING_RATE[stage],
+        "max_length": MAX_LENGTH,
         "report_to": [],
         "seed": 0,
     }
@@ -83,27 +106,36 @@ def _trl_common(out: Path, stage: str) -> dict[str, Any]:
     return common
 
 
-# ------------------------------------------------------------------ the four cases
+# ------------------------------------------------------------------ the cases
 
 
-def _alignflow_config(stage: str):
+def _alignflow_config(stage: str, *extra: str):
     from alignflow.config import load_config
 
     return load_config(
         REPO / "configs" / "demo.yaml",
         [
-            f"{stage}.max_steps={STEPS}",
+            f"{stage}.max_steps={STEPS[stage]}",
             f"{stage}.per_device_train_batch_size={BATCH}",
             f"{stage}.learning_rate={LEARNING_RATE[stage]}",
-            "dpo.beta=0.1",
+            f"{stage}.max_length={MAX_LENGTH}",
+            f"{stage}.save_steps=500",  # TRL's default checkpoint interval
+            f"dpo.beta={BETA}",
+            *extra,
         ],
     )
 
 
-def run_alignflow_dpo(data_dir: Path, model_dir: Path, out: Path) -> float:
+def run_alignflow_dpo(data_dir: Path, model_dir: Path, out: Path, *extra: str) -> float:
     from alignflow.training.dpo import run_dpo
 
-    return run_dpo(_alignflow_config("dpo"), data_dir, out, model_path=model_dir).metrics["train_loss"]
+    config = _alignflow_config("dpo", f"dpo.reference_cache_dir={out.parent / 'reference-cache'}", *extra)
+    return run_dpo(config, data_dir, out, model_path=model_dir).metrics["train_loss"]
+
+
+def run_alignflow_dpo_rerun(data_dir: Path, model_dir: Path, out: Path) -> float:
+    """A sweep's next run: another beta, the reference cache the previous run left."""
+    return run_alignflow_dpo(data_dir, model_dir, out, f"dpo.beta={2 * BETA}")
 
 
 def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> float:
@@ -152,6 +184,7 @@ RUNNERS = {
     "dpo:trl": run_trl_dpo,
     "reward:alignflow": run_alignflow_reward,
     "reward:trl": run_trl_reward,
+    RERUN: run_alignflow_dpo_rerun,
 }
 
 
@@ -173,15 +206,15 @@ def _time_training_loops() -> list[float]:
     return spans
 
 
-def run_case(case: str, root: Path) -> dict[str, Any]:
+def run_case(case: str, root: Path, out: Path) -> dict[str, Any]:
     """One case in this process: the numbers the parent collects."""
     import torch
 
     spans = _time_training_loops()
     started = time.perf_counter()
-    loss = RUNNERS[case](root / "data", root / "tiny", root / case.replace(":", "-"))
+    loss = RUNNERS[case](root / "data", root / "tiny", out)
     total = time.perf_counter() - started
-    pairs = STEPS * BATCH
+    pairs = STEPS[case.split(":")[0]] * BATCH
     result = {
         "train_pairs_per_s": pairs / sum(spans),
         "call_pairs_per_s": pairs / total,
@@ -198,9 +231,19 @@ def run_case(case: str, root: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ the parent
 
 
-def _child(case: str, root: Path) -> dict[str, Any]:
+def _child(case: str, root: Path, out: Path) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.training_bench", "--case", case, "--root", str(root)],
+        [
+            sys.executable,
+            "-m",
+            "bench.training_bench",
+            "--case",
+            case,
+            "--root",
+            str(root),
+            "--out",
+            str(out),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -211,6 +254,25 @@ def _child(case: str, root: Path) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric, the median over the repeats; the runs themselves are kept beside it."""
+    keys = [k for k, v in runs[0].items() if isinstance(v, int | float)]
+    return {k: statistics.median(r[k] for r in runs) for k in keys} | {"runs": runs}
+
+
+def run_repeats(root: Path, repeats: int = REPEATS) -> dict[str, dict[str, Any]]:
+    """Every case ``repeats`` times, interleaved (a slow minute on the machine hits both sides)."""
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+    for repeat in range(repeats):
+        for case in CASES:
+            out = root / f"{case.replace(':', '-')}-{repeat}" / "stage"
+            runs[case].append(_child(case, root, out))
+            if case == "dpo:alignflow" and repeat == repeats - 1:
+                runs[RERUN] = [_child(RERUN, root, out.parent / "rerun")]  # the cache this run left
+            shutil.rmtree(out.parent, ignore_errors=True)
+    return {case: _median(r) for case, r in runs.items()}
+
+
 def _ratios(cases: dict[str, dict[str, Any]], stage: str) -> dict[str, float]:
     ours, theirs = cases[f"{stage}:alignflow"], cases[f"{stage}:trl"]
     return {
@@ -219,6 +281,7 @@ def _ratios(cases: dict[str, dict[str, Any]], stage: str) -> dict[str, float]:
         f"{stage}_peak_memory_ratio": round(ours["peak_rss_mb"] / theirs["peak_rss_mb"], 3),
         f"{stage}_final_loss_alignflow": round(ours["final_train_loss"], 4),
         f"{stage}_final_loss_trl": round(theirs["final_train_loss"], 4),
+        f"{stage}_final_loss_abs_diff": round(abs(ours["final_train_loss"] - theirs["final_train_loss"]), 4),
     }
 
 
@@ -226,19 +289,27 @@ def _markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Training throughput: alignflow stages vs TRL trainers used directly",
         "",
-        f"Tiny offline model, {STEPS} steps x {BATCH} pairs, same data, batch and learning rate;"
-        f" {result['machine']}.",
+        f"{result['data']}; a small causal LM built offline on that text; {result['machine']}.",
+        f"Steps {result['steps']}, {BATCH} pairs a step, max_length {MAX_LENGTH}, same learning rate and"
+        f" seed on both sides; median of {result['repeats']} runs per case (each in its own process).",
         "",
-        "| case | train pairs/s | whole-call pairs/s | peak RSS MB | final train loss |",
-        "|---|---|---|---|---|",
+        "| case | train pairs/s | whole-call pairs/s | train s | whole call s | peak RSS MB"
+        " | final train loss |",
+        "|---|---|---|---|---|---|---|",
     ]
     for case, row in result["cases"].items():
         lines.append(
             f"| {case} | {row['train_pairs_per_s']:.1f} | {row['call_pairs_per_s']:.1f} |"
-            f" {row['peak_rss_mb']:.0f} | {row['final_train_loss']:.4f} |"
+            f" {row['train_s']:.1f} | {row['call_s']:.1f} | {row['peak_rss_mb']:.0f} |"
+            f" {row['final_train_loss']:.4f} |"
         )
-    lines += ["", "| ratio alignflow/TRL | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in result.items() if k.endswith("_ratio")]
+    lines += ["", "| alignflow/TRL | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result.items() if k.startswith(("dpo_", "reward_"))]
+    lines += [
+        "",
+        f"`{RERUN}`: the last alignflow DPO run again with beta {2 * BETA}, reading the reference"
+        " log-probs that run cached (what each further run of a sweep costs).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -249,28 +320,47 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {device}"
 
 
-def run() -> dict[str, Any]:
+def run(repeats: int = REPEATS) -> dict[str, Any]:
+    """Prepare the data and model once, run every case ``repeats`` times, write the Markdown summary."""
     with tempfile.TemporaryDirectory(prefix="alignflow-training-bench-") as tmp:
         root = Path(tmp)
-        prepare(root)
-        cases = {case: _child(case, root) for case in CASES}
-    result: dict[str, Any] = {"machine": machine(), "steps": STEPS, "batch": BATCH, "cases": cases}
+        data_dir, _ = prepare(root)
+        n_train = _count(data_dir)
+        cases = run_repeats(root, repeats)
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "data": f"HH-RLHF harmless-base, {n_train} train pairs",
+        "steps": STEPS,
+        "batch": BATCH,
+        "max_length": MAX_LENGTH,
+        "repeats": repeats,
+        "cases": cases,
+    }
     for stage in ("dpo", "reward"):
         result.update(_ratios(cases, stage))
+    rerun, trl = cases[RERUN], cases["dpo:trl"]
+    result["dpo_rerun_call_throughput_ratio"] = round(rerun["call_pairs_per_s"] / trl["call_pairs_per_s"], 3)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "training.md").write_text(_markdown(result), encoding="utf-8")
     return result
+
+
+def _count(data_dir: Path) -> int:
+    from alignflow.data.pairing import load_pairs
+
+    return len(load_pairs(data_dir, "train"))
 
 
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=CASES)
+    parser.add_argument("--case", choices=[*CASES, RERUN])
     parser.add_argument("--root", type=Path)
+    parser.add_argument("--out", type=Path)
     options = parser.parse_args()
     if options.case:
-        print(json.dumps(run_case(options.case, options.root)))
+        print(json.dumps(run_case(options.case, options.root, options.out)))
     else:
         from bench.__main__ import main
 

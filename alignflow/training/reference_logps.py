@@ -161,14 +161,19 @@ class CachedReferenceMixin:
         computed = cached is None
         if computed:
             model = self.ref_model or self.model
-            cached = compute_reference_logps(
-                dataset,
-                self.data_collator,
-                lambda batch: self.compute_ref_log_probs(model, batch),
-                batch_size,
-                self.accelerator.device,
-                getattr(self.args, "max_length", None),
-            )
+            was_training = model.training
+            model.eval()  # a reference has no dropout (TRL's live reference runs in eval mode too)
+            try:
+                cached = compute_reference_logps(
+                    dataset,
+                    self.data_collator,
+                    lambda batch: self.compute_ref_log_probs(model, batch),
+                    batch_size,
+                    self.accelerator.device,
+                    getattr(self.args, "max_length", None),
+                )
+            finally:
+                model.train(was_training)
             store(path, *cached)
         self._record_reference_event(name, computed, len(dataset), time.perf_counter() - started, path)
         chosen, rejected = cached
