@@ -54,6 +54,7 @@ MAX_LENGTH = 1024  # TRL's default for both trainers; alignflow is given the sam
 LEARNING_RATE = {"dpo": 1e-3, "reward": 3e-3}
 BETA = 0.1
 REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 3))
+HELD_OUT_PAIRS = 200  # scored after training, outside the timed call
 CASES = ("dpo:alignflow", "dpo:trl", "reward:alignflow", "reward:trl")
 RERUN = "dpo:alignflow-rerun"
 
@@ -126,19 +127,20 @@ def _alignflow_config(stage: str, *extra: str):
     )
 
 
-def run_alignflow_dpo(data_dir: Path, model_dir: Path, out: Path, *extra: str) -> float:
+def run_alignflow_dpo(data_dir: Path, model_dir: Path, out: Path, *extra: str) -> tuple[float, Path]:
     from alignflow.training.dpo import run_dpo
 
     config = _alignflow_config("dpo", f"dpo.reference_cache_dir={out.parent / 'reference-cache'}", *extra)
-    return run_dpo(config, data_dir, out, model_path=model_dir).metrics["train_loss"]
+    result = run_dpo(config, data_dir, out, model_path=model_dir)
+    return result.metrics["train_loss"], Path(result.model_dir)
 
 
-def run_alignflow_dpo_rerun(data_dir: Path, model_dir: Path, out: Path) -> float:
+def run_alignflow_dpo_rerun(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
     """A sweep's next run: another beta, the reference cache the previous run left."""
     return run_alignflow_dpo(data_dir, model_dir, out, f"dpo.beta={2 * BETA}")
 
 
-def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> float:
+def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
@@ -151,16 +153,17 @@ def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> float:
     )
     loss = trainer.train().training_loss
     trainer.save_model(str(out / "model"))
-    return loss
+    return loss, out / "model"
 
 
-def run_alignflow_reward(data_dir: Path, model_dir: Path, out: Path) -> float:
+def run_alignflow_reward(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
     from alignflow.training.reward import run_reward
 
-    return run_reward(_alignflow_config("reward"), data_dir, out, model_path=model_dir).metrics["train_loss"]
+    result = run_reward(_alignflow_config("reward"), data_dir, out, model_path=model_dir)
+    return result.metrics["train_loss"], Path(result.model_dir)
 
 
-def run_trl_reward(data_dir: Path, model_dir: Path, out: Path) -> float:
+def run_trl_reward(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     from trl import RewardConfig, RewardTrainer
 
@@ -176,7 +179,44 @@ def run_trl_reward(data_dir: Path, model_dir: Path, out: Path) -> float:
     )
     loss = trainer.train().training_loss
     trainer.save_model(str(out / "model"))
-    return loss
+    return loss, out / "model"
+
+
+def held_out_loss(stage: str, trained: Path, start: Path, data_dir: Path, out: Path) -> float:
+    """The trained model's loss on the first ``HELD_OUT_PAIRS`` held-out pairs, by TRL's own
+    evaluation, the same call for both sides: DPO against the starting model as reference,
+    Bradley-Terry for the reward model. The training loss averaged over a run depends on how
+    batches were drawn; this compares the models the two runs produced."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer, RewardConfig, RewardTrainer
+
+    from alignflow.data.pairing import load_optional_pairs
+    from alignflow.training.dpo import pair_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    pairs = pair_dataset(load_optional_pairs(data_dir, "eval", HELD_OUT_PAIRS), tokenizer)
+    common = {"output_dir": str(out / "held-out"), "report_to": [], "max_length": MAX_LENGTH, "use_cpu": True}
+    common |= {"per_device_eval_batch_size": BATCH, "bf16": False}
+    if stage == "dpo":
+        trainer = DPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(trained),
+            ref_model=AutoModelForCausalLM.from_pretrained(start),
+            args=DPOConfig(beta=BETA, **common),
+            train_dataset=pairs,  # required by the constructor; nothing is trained
+            eval_dataset=pairs,
+            processing_class=tokenizer,
+        )
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(trained)
+        model.config.pad_token_id = tokenizer.pad_token_id
+        trainer = RewardTrainer(
+            model=model,
+            args=RewardConfig(**common),
+            train_dataset=pairs,
+            eval_dataset=pairs,
+            processing_class=tokenizer,
+        )
+    return float(trainer.evaluate()["eval_loss"])
 
 
 RUNNERS = {
@@ -212,19 +252,22 @@ def run_case(case: str, root: Path, out: Path) -> dict[str, Any]:
 
     spans = _time_training_loops()
     started = time.perf_counter()
-    loss = RUNNERS[case](root / "data", root / "tiny", out)
+    loss, trained = RUNNERS[case](root / "data", root / "tiny", out)
     total = time.perf_counter() - started
-    pairs = STEPS[case.split(":")[0]] * BATCH
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the held-out pass loads more
+    stage = case.split(":")[0]
+    pairs = STEPS[stage] * BATCH
     result = {
         "train_pairs_per_s": pairs / sum(spans),
         "call_pairs_per_s": pairs / total,
         "train_s": sum(spans),
         "call_s": total,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "final_train_loss": float(loss),
+        "peak_rss_mb": rss,
+        "mean_train_loss": float(loss),
     }
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    result["held_out_loss"] = held_out_loss(stage, trained, root / "tiny", root / "data", out)
     return result
 
 
@@ -279,9 +322,11 @@ def _ratios(cases: dict[str, dict[str, Any]], stage: str) -> dict[str, float]:
         f"{stage}_train_throughput_ratio": round(ours["train_pairs_per_s"] / theirs["train_pairs_per_s"], 3),
         f"{stage}_call_throughput_ratio": round(ours["call_pairs_per_s"] / theirs["call_pairs_per_s"], 3),
         f"{stage}_peak_memory_ratio": round(ours["peak_rss_mb"] / theirs["peak_rss_mb"], 3),
-        f"{stage}_final_loss_alignflow": round(ours["final_train_loss"], 4),
-        f"{stage}_final_loss_trl": round(theirs["final_train_loss"], 4),
-        f"{stage}_final_loss_abs_diff": round(abs(ours["final_train_loss"] - theirs["final_train_loss"]), 4),
+        f"{stage}_final_loss_alignflow": round(ours["held_out_loss"], 4),
+        f"{stage}_final_loss_trl": round(theirs["held_out_loss"], 4),
+        f"{stage}_final_loss_abs_diff": round(abs(ours["held_out_loss"] - theirs["held_out_loss"]), 4),
+        f"{stage}_mean_train_loss_alignflow": round(ours["mean_train_loss"], 4),
+        f"{stage}_mean_train_loss_trl": round(theirs["mean_train_loss"], 4),
     }
 
 
@@ -294,18 +339,24 @@ def _markdown(result: dict[str, Any]) -> str:
         f" seed on both sides; median of {result['repeats']} runs per case (each in its own process).",
         "",
         "| case | train pairs/s | whole-call pairs/s | train s | whole call s | peak RSS MB"
-        " | final train loss |",
-        "|---|---|---|---|---|---|---|",
+        " | mean train loss | held-out loss |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for case, row in result["cases"].items():
         lines.append(
             f"| {case} | {row['train_pairs_per_s']:.1f} | {row['call_pairs_per_s']:.1f} |"
             f" {row['train_s']:.1f} | {row['call_s']:.1f} | {row['peak_rss_mb']:.0f} |"
-            f" {row['final_train_loss']:.4f} |"
+            f" {row['mean_train_loss']:.4f} | {row['held_out_loss']:.4f} |"
         )
     lines += ["", "| alignflow/TRL | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result.items() if k.startswith(("dpo_", "reward_"))]
     lines += [
+        "",
+        f"Final loss = held-out loss: each trained model on the first {HELD_OUT_PAIRS} held-out pairs by"
+        " TRL's own evaluation (DPO against the starting model, Bradley-Terry for the reward model),"
+        " the same call for both sides and outside the timed call. Mean train loss is the training"
+        " loss averaged over the run, which also depends on how batches were drawn (alignflow groups"
+        " pairs by length).",
         "",
         f"`{RERUN}`: the last alignflow DPO run again with beta {2 * BETA}, reading the reference"
         " log-probs that run cached (what each further run of a sweep costs).",
