@@ -25,8 +25,8 @@ class DPOConfig(StageConfig):
     max_prompt_length: int | None = None
     group_by_length: bool = Field(
         True,
-        description="pairs in batches of similar length (see StageConfig): on preference data of mixed "
-        "lengths most of a random batch is padding",
+        description="DPO/ORPO: pairs in batches of similar length (see StageConfig); on preference data "
+        "of mixed lengths most of a random batch is padding. KTO's unpaired rows keep random batches",
     )
     precompute_reference: bool = Field(
         True,

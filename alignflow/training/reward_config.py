@@ -53,8 +53,9 @@ class RewardConfig(StageConfig):
     stats_max_rows: int = Field(1024, ge=1, description="train rows used for the saved reward mean/std")
     group_by_length: bool = Field(
         True,
-        description="pairs in batches of similar length (see StageConfig): on preference data of mixed "
-        "lengths most of a random batch is padding",
+        description="pairs in batches of similar length (see StageConfig); on preference data of mixed "
+        "lengths most of a random batch is padding. Mode 'regression' (ratings only) always trains on "
+        "random batches",
     )
 
     @model_validator(mode="after")
