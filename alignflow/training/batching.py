@@ -70,15 +70,18 @@ class LengthGroupedMixin:
 
     def _get_eval_sampler(self, eval_dataset: Any):
         """Evaluation in length-grouped batches too, in an order fixed by the data seed."""
-        if getattr(self.args, "train_sampling_strategy", None) != "group_by_length" or eval_dataset is None:
+        grouped = getattr(self.args, "train_sampling_strategy", None) == "group_by_length"
+        if not grouped or eval_dataset is None:
             return super()._get_eval_sampler(eval_dataset)
+        if self.args.world_size > 1:
+            return None  # as transformers does: the distributed loader shards in order
         import torch
         from torch.utils.data import SequentialSampler
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
         lengths = padded_lengths(eval_dataset, getattr(self.args, "max_length", None))
-        if lengths is None or self.args.world_size > 1:
-            return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+        if lengths is None:
+            return SequentialSampler(eval_dataset)
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return LengthGroupedSampler(
             self.args.eval_batch_size, lengths=lengths, generator=torch.Generator().manual_seed(seed)

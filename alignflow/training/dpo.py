@@ -147,8 +147,6 @@ def run_dpo(
     init_kwargs = trl_model_init_kwargs(config.model)
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
     kwargs.update(extra, max_length=stage.max_length, model_init_kwargs=init_kwargs, dataset_num_proc=None)
-    if stage.method == "kto":  # unpaired rows: a length-grouped batch could hold one label only
-        kwargs.pop("train_sampling_strategy", None)
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
     model: Any = start

@@ -37,6 +37,10 @@ class DPOConfig(StageConfig):
         None, description="where cached reference log-probs live; None: $ALIGNFLOW_CACHE/reference-logps"
     )
 
+    @property
+    def groups_by_length(self) -> bool:
+        return self.group_by_length and self.method != "kto"  # KTO: unpaired, labelled rows
+
     @model_validator(mode="after")
     def _known_losses(self) -> DPOConfig:
         losses = [self.loss_type] if isinstance(self.loss_type, str) else self.loss_type

@@ -292,11 +292,6 @@ def run_reward(
     train_pairs = load_pairs(data_dir, "train")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     base_args = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
-    if stage.mode == "regression":
-        # ratings alone: batches of similar length would also be batches of similar scores wherever
-        # length and score go together (they do in the spec-002 tests' feedback, and PPO on that
-        # reward model stopped learning); with pairs in the data (pairwise, mixed) they stay grouped
-        base_args.pop("train_sampling_strategy", None)
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": config.model.model_dump()})]
     lora = peft_config(config.model, task_type="SEQ_CLS")
     if stage.mode == "pairwise" and len(names) == 1:

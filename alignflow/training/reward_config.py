@@ -58,6 +58,12 @@ class RewardConfig(StageConfig):
         "random batches",
     )
 
+    @property
+    def groups_by_length(self) -> bool:
+        # ratings alone: similar lengths could mean similar scores (in the spec-002 tests' feedback
+        # they did, and PPO on that reward model stopped learning); rows with pairs stay grouped
+        return self.group_by_length and self.mode != "regression"
+
     @model_validator(mode="after")
     def _debias_needs_one_pairwise_objective(self) -> RewardConfig:
         if self.length_debias and (self.mode != "pairwise" or len(self.objectives) != 1):

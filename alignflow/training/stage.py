@@ -119,7 +119,7 @@ def trainer_arguments(
         "dataloader_num_workers": 0,
         "use_cpu": not torch.cuda.is_available(),
         "save_safetensors": True,
-        "train_sampling_strategy": "group_by_length" if getattr(config, "group_by_length", False) else None,
+        "train_sampling_strategy": "group_by_length" if getattr(config, "groups_by_length", False) else None,
         **mixed_precision_flags(model),
         # TRL's configs turn checkpointing on by default: say what the stage config says.
         # transformers 5 renamed the flag; the old name serves older releases (the filter

@@ -44,6 +44,13 @@ class StageConfig(RunConfig):
         description="batches of rows of similar length, drawn from shuffled mega-batches (transformers' "
         "group_by_length): far less padding on data of mixed lengths; False: plain random batches",
     )
+
+    @property
+    def groups_by_length(self) -> bool:
+        """Whether this run's batches are length-grouped: the setting, unless the stage's rows
+        carry their own labels (a batch of similar lengths could then be a batch of one label)."""
+        return self.group_by_length
+
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="passed through to the TRL/transformers config (any field it has)"
     )
