@@ -12,13 +12,14 @@ cached per (reference weights, tokenized pairs), atomic checkpoints, and its mea
 (DPO: held-out evaluation before and after; reward: accuracy, calibration, reward
 statistics).
 
-Each case runs in its own process (peak RSS is that case's own) and ``REPEATS`` times;
-the medians are reported. Per case: pairs/s over the training loop (``Trainer.train``,
-timed the same way on both sides), pairs/s over the whole call (model load, data
-preparation, the reference pass, training, evaluation, saving), peak memory and the final
-training loss. Every alignflow DPO run starts with an empty reference cache (cold); the
-``dpo:alignflow-rerun`` case then reruns with another ``beta`` on a warm cache, what a
-hyperparameter sweep sees. Ratios are alignflow/TRL.
+Each case runs in its own process (peak RSS is that case's own) and ``REPEATS`` times,
+repeat ``r`` with seed ``r`` on both sides (the loss of one seed says little about how the
+two trainers compare: which batches a seed draws moves it); the medians are reported.
+Per case: pairs/s over the training loop (``Trainer.train``, timed the same way on both
+sides), pairs/s over the whole call (model load, data preparation, the reference pass,
+training, evaluation, saving), peak memory and the final training loss. Every alignflow
+DPO run starts with an empty reference cache (cold); the ``dpo:alignflow-rerun`` case then
+reruns with another ``beta`` on a warm cache, what a hyperparameter sweep sees. Ratios are alignflow/TRL.
 
 Run: ``python -m bench training`` (writes bench/results/training.{json,md}).
 """
@@ -90,7 +91,7 @@ def _pairs_dataset(data_dir: Path, tokenizer: Any):
     return pair_dataset(load_pairs(data_dir, "train"), tokenizer)
 
 
-def _trl_common(out: Path, stage: str) -> dict[str, Any]:
+def _trl_common(out: Path, stage: str, seed: int) -> dict[str, Any]:
     import torch
 
     common = {
@@ -100,7 +101,7 @@ def _trl_common(out: Path, stage: str) -> dict[str, Any]:
         "learning_rate": LEARNING_RATE[stage],
         "max_length": MAX_LENGTH,
         "report_to": [],
-        "seed": 0,
+        "seed": seed,
     }
     if not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
         common["bf16"] = False
@@ -110,7 +111,7 @@ def _trl_common(out: Path, stage: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ the cases
 
 
-def _alignflow_config(stage: str, *extra: str):
+def _alignflow_config(stage: str, seed: int, *extra: str):
     from alignflow.config import load_config
 
     return load_config(
@@ -122,32 +123,36 @@ def _alignflow_config(stage: str, *extra: str):
             f"{stage}.max_length={MAX_LENGTH}",
             f"{stage}.save_steps=500",  # TRL's default checkpoint interval
             f"dpo.beta={BETA}",
+            f"seed={seed}",
             *extra,
         ],
     )
 
 
-def run_alignflow_dpo(data_dir: Path, model_dir: Path, out: Path, *extra: str) -> tuple[float, Path]:
+def run_alignflow_dpo(
+    data_dir: Path, model_dir: Path, out: Path, seed: int, *extra: str
+) -> tuple[float, Path]:
     from alignflow.training.dpo import run_dpo
 
-    config = _alignflow_config("dpo", f"dpo.reference_cache_dir={out.parent / 'reference-cache'}", *extra)
+    cache = f"dpo.reference_cache_dir={out.parent / 'reference-cache'}"
+    config = _alignflow_config("dpo", seed, cache, *extra)
     result = run_dpo(config, data_dir, out, model_path=model_dir)
     return result.metrics["train_loss"], Path(result.model_dir)
 
 
-def run_alignflow_dpo_rerun(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
+def run_alignflow_dpo_rerun(data_dir: Path, model_dir: Path, out: Path, seed: int) -> tuple[float, Path]:
     """A sweep's next run: another beta, the reference cache the previous run left."""
-    return run_alignflow_dpo(data_dir, model_dir, out, f"dpo.beta={2 * BETA}")
+    return run_alignflow_dpo(data_dir, model_dir, out, seed, f"dpo.beta={2 * BETA}")
 
 
-def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
+def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path, seed: int) -> tuple[float, Path]:
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = DPOTrainer(
         model=str(model_dir),
-        args=DPOConfig(beta=BETA, **_trl_common(out, "dpo")),
+        args=DPOConfig(beta=BETA, **_trl_common(out, "dpo", seed)),
         train_dataset=_pairs_dataset(data_dir, tokenizer),
         processing_class=tokenizer,
     )
@@ -156,24 +161,24 @@ def run_trl_dpo(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path
     return loss, out / "model"
 
 
-def run_alignflow_reward(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
+def run_alignflow_reward(data_dir: Path, model_dir: Path, out: Path, seed: int) -> tuple[float, Path]:
     from alignflow.training.reward import run_reward
 
-    result = run_reward(_alignflow_config("reward"), data_dir, out, model_path=model_dir)
+    result = run_reward(_alignflow_config("reward", seed), data_dir, out, model_path=model_dir)
     return result.metrics["train_loss"], Path(result.model_dir)
 
 
-def run_trl_reward(data_dir: Path, model_dir: Path, out: Path) -> tuple[float, Path]:
+def run_trl_reward(data_dir: Path, model_dir: Path, out: Path, seed: int) -> tuple[float, Path]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     from trl import RewardConfig, RewardTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    set_seed(0)  # the new score head is drawn at load time, before the Trainer seeds anything
+    set_seed(seed)  # the new score head is drawn at load time, before the Trainer seeds anything
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     trainer = RewardTrainer(
         model=model,
-        args=RewardConfig(**_trl_common(out, "reward")),
+        args=RewardConfig(**_trl_common(out, "reward", seed)),
         train_dataset=_pairs_dataset(data_dir, tokenizer),
         processing_class=tokenizer,
     )
@@ -246,13 +251,13 @@ def _time_training_loops() -> list[float]:
     return spans
 
 
-def run_case(case: str, root: Path, out: Path) -> dict[str, Any]:
+def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     """One case in this process: the numbers the parent collects."""
     import torch
 
     spans = _time_training_loops()
     started = time.perf_counter()
-    loss, trained = RUNNERS[case](root / "data", root / "tiny", out)
+    loss, trained = RUNNERS[case](root / "data", root / "tiny", out, seed)
     total = time.perf_counter() - started
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the held-out pass loads more
     stage = case.split(":")[0]
@@ -264,6 +269,7 @@ def run_case(case: str, root: Path, out: Path) -> dict[str, Any]:
         "call_s": total,
         "peak_rss_mb": rss,
         "mean_train_loss": float(loss),
+        "seed": seed,
     }
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -274,7 +280,7 @@ def run_case(case: str, root: Path, out: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ the parent
 
 
-def _child(case: str, root: Path, out: Path) -> dict[str, Any]:
+def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -286,6 +292,8 @@ def _child(case: str, root: Path, out: Path) -> dict[str, Any]:
             str(root),
             "--out",
             str(out),
+            "--seed",
+            str(seed),
         ],
         cwd=REPO,
         capture_output=True,
@@ -299,19 +307,21 @@ def _child(case: str, root: Path, out: Path) -> dict[str, Any]:
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric, the median over the repeats; the runs themselves are kept beside it."""
-    keys = [k for k, v in runs[0].items() if isinstance(v, int | float)]
+    keys = [k for k, v in runs[0].items() if isinstance(v, int | float) and k != "seed"]
     return {k: statistics.median(r[k] for r in runs) for k in keys} | {"runs": runs}
 
 
 def run_repeats(root: Path, repeats: int = REPEATS) -> dict[str, dict[str, Any]]:
-    """Every case ``repeats`` times, interleaved (a slow minute on the machine hits both sides)."""
+    """Every case ``repeats`` times, interleaved (a slow minute on the machine hits both sides),
+    repeat ``r`` seeded ``r`` on both sides."""
     runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
     for repeat in range(repeats):
         for case in CASES:
             out = root / f"{case.replace(':', '-')}-{repeat}" / "stage"
-            runs[case].append(_child(case, root, out))
+            runs[case].append(_child(case, root, out, seed=repeat))
             if case == "dpo:alignflow" and repeat == repeats - 1:
-                runs[RERUN] = [_child(RERUN, root, out.parent / "rerun")]  # the cache this run left
+                # the cache this run left
+                runs[RERUN] = [_child(RERUN, root, out.parent / "rerun", seed=repeat)]
             shutil.rmtree(out.parent, ignore_errors=True)
     return {case: _median(r) for case, r in runs.items()}
 
@@ -327,6 +337,10 @@ def _ratios(cases: dict[str, dict[str, Any]], stage: str) -> dict[str, float]:
         f"{stage}_final_loss_abs_diff": round(abs(ours["held_out_loss"] - theirs["held_out_loss"]), 4),
         f"{stage}_mean_train_loss_alignflow": round(ours["mean_train_loss"], 4),
         f"{stage}_mean_train_loss_trl": round(theirs["mean_train_loss"], 4),
+        f"{stage}_final_loss_diff_by_seed": [
+            round(a["held_out_loss"] - b["held_out_loss"], 4)
+            for a, b in zip(ours["runs"], theirs["runs"], strict=True)
+        ],
     }
 
 
@@ -335,8 +349,9 @@ def _markdown(result: dict[str, Any]) -> str:
         "# Training throughput: alignflow stages vs TRL trainers used directly",
         "",
         f"{result['data']}; a small causal LM built offline on that text; {result['machine']}.",
-        f"Steps {result['steps']}, {BATCH} pairs a step, max_length {MAX_LENGTH}, same learning rate and"
-        f" seed on both sides; median of {result['repeats']} runs per case (each in its own process).",
+        f"Steps {result['steps']}, {BATCH} pairs a step, max_length {MAX_LENGTH}, same learning rate on both"
+        f" sides; median of {result['repeats']} runs per case (each in its own process), run r seeded r on"
+        " both sides.",
         "",
         "| case | train pairs/s | whole-call pairs/s | train s | whole call s | peak RSS MB"
         " | mean train loss | held-out loss |",
@@ -409,9 +424,10 @@ if __name__ == "__main__":
     parser.add_argument("--case", choices=[*CASES, RERUN])
     parser.add_argument("--root", type=Path)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
     if options.case:
-        print(json.dumps(run_case(options.case, options.root, options.out)))
+        print(json.dumps(run_case(options.case, options.root, options.out, options.seed)))
     else:
         from bench.__main__ import main
 
