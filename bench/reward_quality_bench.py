@@ -71,6 +71,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the full budget with the [CLS] pooler instead: pooling measured at the committed budget
     "full/cls-pooler": {"phase": "full", "set": {"pooling": "model"}, "base": "config"},
     "full/no-length-debias": {"phase": "full", "set": {"length_debias": 0.0}, "base": "config"},
+    # the response's tokens only, read in context (reward_probe.md: 5-6 points over whole-text pooling)
+    "full/answer-pooling": {"phase": "full", "set": {"pooling": "answer"}, "base": "config"},
+    # and 256 tokens of context (the probe's answer-in-context view did better at 256 than at 128)
+    "full/answer-pooling-len256": {
+        "phase": "full",
+        "set": {"pooling": "answer", "max_length": 256},
+        "base": "config",
+    },
     "full/cls-pooler-len192": {
         "phase": "full",
         "set": {"pooling": "model", "max_length": 192},

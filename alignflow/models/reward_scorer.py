@@ -7,6 +7,7 @@ The reward stage saves the reward mean/std beside the weights (``alignflow_rewar
 the scorer applies them so that downstream rewards have zero mean and unit variance.
 How the model pools its tokens into a reward (``RewardMeta.pooling``) is saved there too and
 applied by :func:`reward_logits`, the one forward pass training and every consumer share.
+Pooling "answer" reads only the completion's tokens, located by :func:`encode_with_answer_span`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class RewardMeta:
     max_length: int = 512
     mode: str = "pairwise"
     # "model": the architecture's own head (BERT's [CLS] pooler, a decoder's last token);
-    # "mean": the head on the attention-masked mean of the last hidden states
+    # "mean": the head on the attention-masked mean of the last hidden states;
+    # "answer": the same mean over the completion's tokens only (the prompt still shapes them)
     pooling: str = "model"
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -71,6 +73,51 @@ def encode_for_reward(tokenizer: Any, prompt: Prompt, completion: Any, max_lengt
     return ids["input_ids"]
 
 
+def _special_tokens_around(tokenizer: Any) -> tuple[int, int]:
+    """How many special tokens the tokenizer puts before and after a single text ([CLS] ... [SEP])."""
+    core = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    for start in range(len(full) - len(core) + 1):
+        if full[start : start + len(core)] == core:
+            return start, len(full) - start - len(core)
+    return 0, 0
+
+
+def encode_with_answer_span(
+    tokenizer: Any, prompt: Prompt, completion: Any, max_length: int
+) -> tuple[list[int], tuple[int, int]]:
+    """:func:`encode_for_reward` and the ``[start, end)`` positions of the completion's tokens in it.
+
+    The completion (with the end marker) is the tail of the text, so its tokens are the last
+    ones before the tokenizer's closing special tokens; left truncation can only cut the prompt
+    (and, for a completion longer than ``max_length``, the completion's own head).
+    """
+    ids = encode_for_reward(tokenizer, prompt, completion, max_length)
+    before, after = _special_tokens_around(tokenizer)
+    end_marker = tokenizer.eos_token or tokenizer.sep_token or ""
+    tail = completion_text(completion)
+    tail += end_marker if end_marker and not tail.endswith(end_marker) else ""
+    n_answer = len(tokenizer(tail, add_special_tokens=False)["input_ids"])
+    end = len(ids) - after
+    return ids, (max(before, end - n_answer), end)
+
+
+def span_mask(spans: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """``[n, width]`` float mask, 1 inside each row's ``[start, end)`` (rows padded on the right)."""
+    positions = torch.arange(width)
+    bounds = torch.as_tensor([list(s) for s in spans], dtype=torch.long).view(-1, 2)
+    return ((positions >= bounds[:, :1]) & (positions < bounds[:, 1:])).float()
+
+
+def padded_span_mask(
+    tokenizer: Any, rows: Sequence[Sequence[int]], spans: Sequence[Sequence[int]], width: int
+) -> torch.Tensor:
+    """:func:`span_mask` for ``rows`` padded to ``width`` by ``tokenizer`` (left padding shifts spans)."""
+    left = tokenizer.padding_side == "left"
+    shifts = [(width - len(row)) * left for row in rows]
+    return span_mask([(a + d, b + d) for (a, b), d in zip(spans, shifts, strict=True)], width)
+
+
 def combine_heads(logits: torch.Tensor, weights: Sequence[float]) -> torch.Tensor:
     """One scalar per row from a model's objective heads: their weighted sum."""
     w = torch.as_tensor(list(weights), dtype=logits.dtype, device=logits.device)
@@ -79,7 +126,7 @@ def combine_heads(logits: torch.Tensor, weights: Sequence[float]) -> torch.Tenso
     return logits @ w
 
 
-POOLINGS = ("model", "mean")
+POOLINGS = ("model", "mean", "answer")
 
 
 def _parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
@@ -94,19 +141,31 @@ def _parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
     return body, head, getattr(inner, "dropout", None)
 
 
-def reward_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "model"):
+def reward_logits(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    pooling: str = "model",
+    answer_mask: torch.Tensor | None = None,
+):
     """Per-objective logits ``[n, n_objectives]`` under ``pooling`` (see :class:`RewardMeta`).
 
     all-MiniLM-L6-v2 was trained as a mean-pooled sentence encoder and its [CLS] pooler was
     not, so "mean" lets the reward head start from the representation the encoder learned.
+    "answer" pools the completion's tokens only (``answer_mask``, from :func:`span_mask`): the
+    prompt is the same on both sides of a pair, and in a mean over the whole text it dilutes
+    what differs.
     """
     if pooling == "model":
         return model(input_ids=input_ids, attention_mask=attention_mask).logits
-    if pooling != "mean":
+    if pooling not in POOLINGS:
         raise ValueError(f"unknown reward pooling {pooling!r}; expected one of {POOLINGS}")
+    if pooling == "answer" and answer_mask is None:
+        raise ValueError("reward pooling 'answer' needs answer_mask (see encode_with_answer_span)")
     body, head, dropout = _parts(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    mask = attention_mask if pooling == "mean" else attention_mask * answer_mask.to(attention_mask.device)
+    mask = mask.unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
     return head(dropout(pooled) if dropout is not None else pooled)
 
@@ -136,10 +195,11 @@ class RewardScorer:
         """Raw per-objective outputs, shape ``[n, n_objectives]``."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        encoded = [
-            encode_for_reward(self.tokenizer, p, c, self.meta.max_length)
-            for p, c in zip(prompts, completions, strict=True)
-        ]
+        encoded, spans = [], []
+        for p, c in zip(prompts, completions, strict=True):
+            ids, span = encode_with_answer_span(self.tokenizer, p, c, self.meta.max_length)
+            encoded.append(ids)
+            spans.append(span)
         # batches of similar length pad little; the rows go back to their order at the end
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         parts = []
@@ -148,7 +208,15 @@ class RewardScorer:
             batch = self.tokenizer.pad(
                 [{"input_ids": encoded[i]} for i in index], return_tensors="pt", padding=True
             ).to(self.device)
-            logits = reward_logits(self.model, batch["input_ids"], batch["attention_mask"], self.meta.pooling)
+            answer = padded_span_mask(
+                self.tokenizer,
+                [encoded[i] for i in index],
+                [spans[i] for i in index],
+                batch["input_ids"].shape[1],
+            )
+            logits = reward_logits(
+                self.model, batch["input_ids"], batch["attention_mask"], self.meta.pooling, answer
+            )
             parts.append(logits.float().cpu())
         if not parts:
             return torch.zeros(0, len(self.meta.weights))

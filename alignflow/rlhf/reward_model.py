@@ -22,7 +22,13 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from alignflow.models.reward_scorer import RewardMeta, combine_heads, encode_for_reward, reward_logits
+from alignflow.models.reward_scorer import (
+    RewardMeta,
+    combine_heads,
+    encode_with_answer_span,
+    padded_span_mask,
+    reward_logits,
+)
 
 R = TypeVar("R", bound="RewardModel")
 
@@ -42,9 +48,12 @@ class RewardModel(nn.Module):
         self.metrics: dict[str, float] = dict(self.meta.metrics)
         self.eval()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The model's reward for each row: its objective heads' weighted sum, unnormalised."""
-        logits = reward_logits(self.model, input_ids, attention_mask, self.meta.pooling).float()
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, answer_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The model's reward for each row: its objective heads' weighted sum, unnormalised
+        (``answer_mask``, from :meth:`encode`, only for a model pooled over the answer)."""
+        logits = reward_logits(self.model, input_ids, attention_mask, self.meta.pooling, answer_mask).float()
         return combine_heads(logits, self.meta.weights)
 
     @property
@@ -55,15 +64,21 @@ class RewardModel(nn.Module):
         """A padded batch of (prompt, response) rows, encoded as the reward stage trained on them."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-        rows = [
-            {"input_ids": encode_for_reward(self.tokenizer, p, r, self.meta.max_length)}
+        encoded = [
+            encode_with_answer_span(self.tokenizer, p, r, self.meta.max_length)
             for p, r in zip(prompts, responses, strict=True)
         ]
-        batch = self.tokenizer.pad(rows, return_tensors="pt", padding=True)
-        return {
+        rows = [ids for ids, _ in encoded]
+        batch = self.tokenizer.pad([{"input_ids": ids} for ids in rows], return_tensors="pt", padding=True)
+        out = {
             "input_ids": batch["input_ids"].to(self.device),
             "attention_mask": batch["attention_mask"].to(self.device),
         }
+        if self.meta.pooling == "answer":
+            spans = [span for _, span in encoded]
+            mask = padded_span_mask(self.tokenizer, rows, spans, out["input_ids"].shape[1])
+            out["answer_mask"] = mask.to(self.device)
+        return out
 
     @torch.no_grad()
     def score(self, prompts: Sequence[Any], responses: Sequence[Any], batch_size: int = 32) -> list[float]:

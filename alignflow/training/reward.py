@@ -25,13 +25,20 @@ from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 from trl import RewardConfig as TRLRewardConfig
 from trl import RewardTrainer
+from trl.trainer.reward_trainer import DataCollatorForPreference
 
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
 from alignflow.models.prompting import completion_text
-from alignflow.models.reward_scorer import RewardMeta, RewardScorer, encode_for_reward, reward_logits
+from alignflow.models.reward_scorer import (
+    RewardMeta,
+    RewardScorer,
+    encode_with_answer_span,
+    reward_logits,
+    span_mask,
+)
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
@@ -51,10 +58,17 @@ class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTraine
 
     pooling = "model"
 
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if self.pooling == "answer":  # the answers' token spans travel to AnswerSpanCollator
+            self._signature_columns = [*self._signature_columns, "chosen_span", "rejected_span"]
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.pooling == "model":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        logits = reward_logits(model, inputs["input_ids"], inputs["attention_mask"], self.pooling)
+        logits = reward_logits(
+            model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
+        )
         chosen, rejected = logits.float().squeeze(-1).chunk(2)
         loss = -F.logsigmoid(chosen - rejected - inputs.get("margin", 0.0)).mean()
         if self.args.center_rewards_coefficient is not None:
@@ -72,7 +86,9 @@ class HeadsRewardTrainer(StageTrainerMixin, LengthGroupedMixin, Trainer):
     pooling = "model"
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logits = reward_logits(model, inputs["input_ids"], inputs["attention_mask"], self.pooling).float()
+        logits = reward_logits(
+            model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
+        ).float()
         n_scored = int(inputs["n_scored"])
         per_objective = torch.zeros(logits.shape[-1], device=logits.device)
         if n_scored:
@@ -82,6 +98,16 @@ class HeadsRewardTrainer(StageTrainerMixin, LengthGroupedMixin, Trainer):
         w = self.weights.to(logits.device)
         loss = (per_objective * w).sum() / w.abs().sum()
         return (loss, logits) if return_outputs else loss
+
+
+class AnswerSpanCollator(DataCollatorForPreference):
+    """TRL's preference batches plus ``answer_mask``: where each row's answer sits (pooling "answer")."""
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = super().torch_call(examples)
+        spans = [e["chosen_span"] for e in examples] + [e["rejected_span"] for e in examples]
+        batch["answer_mask"] = span_mask(spans, batch["input_ids"].shape[1])
+        return batch
 
 
 def regression_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -124,7 +150,11 @@ def heads_collator(pad_id: int):
         rows += [e["rejected_ids"] for e in pairs]
         ids, mask = _pad(rows, pad_id)
         width = len(examples[0]["targets"])
-        return {
+        answer = {}
+        if "span" in examples[0]:  # pooling "answer": the spans in the rows' order
+            spans = [e["span"] for e in scored] + [e["chosen_span"] for e in pairs]
+            answer["answer_mask"] = span_mask(spans + [e["rejected_span"] for e in pairs], ids.shape[1])
+        return answer | {
             "input_ids": ids,
             "attention_mask": mask,
             "n_scored": torch.tensor(len(scored)),
@@ -148,33 +178,43 @@ def objective_targets(record: dict[str, Any], names: list[str], mode: str) -> li
 
 
 def encode_pairs(
-    pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]
+    pairs: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str], spans: bool = False
 ) -> list[dict]:
-    """Comparison rows for the reward trainers (``input_ids`` empty: not a rating)."""
-    return [
-        {
+    """Comparison rows for the reward trainers (``input_ids`` empty: not a rating); with ``spans``,
+    where each answer's tokens sit (pooling "answer")."""
+    rows = []
+    for p in pairs:
+        chosen, chosen_span = encode_with_answer_span(tokenizer, p["prompt"], p["chosen"], max_length)
+        rejected, rejected_span = encode_with_answer_span(tokenizer, p["prompt"], p["rejected"], max_length)
+        row = {
             "input_ids": [],
-            "chosen_ids": encode_for_reward(tokenizer, p["prompt"], p["chosen"], max_length),
-            "rejected_ids": encode_for_reward(tokenizer, p["prompt"], p["rejected"], max_length),
+            "chosen_ids": chosen,
+            "rejected_ids": rejected,
             "targets": objective_targets(p, names, "pairwise"),
         }
-        for p in pairs
-    ]
+        if spans:
+            row |= {"span": [0, 0], "chosen_span": list(chosen_span), "rejected_span": list(rejected_span)}
+        rows.append(row)
+    return rows
 
 
 def encode_scored(
-    records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str]
+    records: list[dict[str, Any]], tokenizer: Any, max_length: int, names: list[str], spans: bool = False
 ) -> list[dict]:
     """Rating rows for :class:`HeadsRewardTrainer` (``chosen_ids`` empty: not a pair)."""
-    return [
-        {
-            "input_ids": encode_for_reward(tokenizer, r["prompt"], r["completion"], max_length),
+    rows = []
+    for r in records:
+        ids, span = encode_with_answer_span(tokenizer, r["prompt"], r["completion"], max_length)
+        row = {
+            "input_ids": ids,
             "chosen_ids": [],
             "rejected_ids": [],
             "targets": objective_targets(r, names, "regression"),
         }
-        for r in records
-    ]
+        if spans:
+            row |= {"span": list(span), "chosen_span": [0, 0], "rejected_span": [0, 0]}
+        rows.append(row)
+    return rows
 
 
 def heads_rows(
@@ -182,13 +222,14 @@ def heads_rows(
 ) -> Dataset:
     """What :class:`HeadsRewardTrainer` fits: ratings (regression), pairs (pairwise) or both (mixed)."""
     rows: list[dict] = []
+    spans = stage.pooling == "answer"
     if stage.mode in ("regression", "mixed"):
         scored = _scored_rows(data_dir, "train")
         if stage.mode == "regression":
             require_rows(scored, data_dir, "train", "scored")
-        rows += encode_scored(scored, tokenizer, stage.max_length, names)
+        rows += encode_scored(scored, tokenizer, stage.max_length, names, spans)
     if stage.mode in ("pairwise", "mixed"):
-        rows += encode_pairs(train_pairs, tokenizer, stage.max_length, names)
+        rows += encode_pairs(train_pairs, tokenizer, stage.max_length, names, spans)
     return Dataset.from_list(require_rows(rows, data_dir, "train", f"{stage.mode} reward"))
 
 
@@ -296,8 +337,10 @@ def run_reward(
     lora = peft_config(config.model, task_type="SEQ_CLS")
     if stage.mode == "pairwise" and len(names) == 1:
         require_rows(train_pairs, data_dir, "train", "pair/scored")
-        encoded = encode_pairs(train_pairs, tokenizer, stage.max_length, names)
-        train_ds = Dataset.from_list(encoded).remove_columns(["targets", "input_ids"])
+        encoded = encode_pairs(train_pairs, tokenizer, stage.max_length, names, stage.pooling == "answer")
+        train_ds = Dataset.from_list(encoded).remove_columns(
+            [c for c in ("targets", "input_ids", "span") if c in encoded[0]]
+        )
         margins = [float(p.get("margin") or 0.0) if stage.use_margin else 0.0 for p in train_pairs]
         if stage.length_debias:
             # TRL subtracts the margin inside the sigmoid: -w * d adds the prior w * d to the logit
@@ -310,9 +353,13 @@ def run_reward(
             train_ds = train_ds.add_column("margin", margins)
         args = dict(base_args, max_length=None, center_rewards_coefficient=stage.center_rewards_coefficient)
         args.update(dataset_num_proc=None)
+        collator = None
+        if stage.pooling == "answer":
+            collator = AnswerSpanCollator(pad_token_id=tokenizer.pad_token_id)
         trainer = AlignflowRewardTrainer(
             model=model,
             args=TRLRewardConfig(**filter_known_args(TRLRewardConfig, args)),
+            data_collator=collator,
             train_dataset=train_ds,
             processing_class=tokenizer,
             peft_config=lora,

@@ -33,10 +33,11 @@ class RewardConfig(StageConfig):
     objectives: list[Objective] = Field(default_factory=lambda: [Objective()], min_length=1)
     center_rewards_coefficient: float | None = Field(None, ge=0.0)
     use_margin: bool = Field(False, description="pairwise: subtract each pair's margin inside the sigmoid")
-    pooling: Literal["model", "mean"] = Field(
+    pooling: Literal["model", "mean", "answer"] = Field(
         "model",
         description="'model': the architecture's own head ([CLS] pooler, last token); 'mean': the head "
-        "on the masked mean of the last hidden states (how sentence encoders such as MiniLM were trained)",
+        "on the masked mean of the last hidden states (how sentence encoders such as MiniLM were trained); "
+        "'answer': that mean over the response's tokens only, read in the context of its prompt",
     )
     length_debias: float = Field(
         0.0,

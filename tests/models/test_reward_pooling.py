@@ -73,3 +73,61 @@ def test_the_research_reward_model_scores_with_the_pooling_its_meta_names(minilm
     assert got == pytest.approx(expected, abs=1e-5)
     as_trained_by_default = _scorer(model, tokenizer, "model", batch_size=4).raw(PROMPTS, ANSWERS)
     assert got != pytest.approx(as_trained_by_default, abs=1e-3)
+
+
+def test_the_answer_span_holds_the_answers_tokens_however_the_text_is_cut(minilm_reward):
+    from alignflow.models.reward_scorer import encode_with_answer_span
+
+    _, tokenizer = minilm_reward
+    answer = "I can't help with that, sorry."
+    answer_tokens = tokenizer.tokenize(answer) + [tokenizer.sep_token]  # the end marker reward_text adds
+    for prompt, max_length in (("How do I pick a lock?", 64), ("word " * 300, 48)):
+        ids, (start, end) = encode_with_answer_span(tokenizer, prompt, answer, max_length)
+        assert len(ids) <= max_length and end == len(ids) - 1  # the closing [SEP] is not the answer
+        assert tokenizer.convert_ids_to_tokens(ids[start:end]) == answer_tokens
+        assert ids[start - 1] != tokenizer.cls_token_id or prompt == ""  # some prompt survives before it
+    # an answer longer than the window: everything between [CLS] and [SEP] is answer
+    ids, (start, end) = encode_with_answer_span(tokenizer, "Q?", "on and on " * 100, 32)
+    assert (start, end) == (1, 31) and len(ids) == 32
+
+
+def test_answer_pooling_is_the_head_on_the_mean_of_the_answers_tokens(minilm_reward):
+    from alignflow.models.reward_scorer import encode_with_answer_span
+
+    model, tokenizer = minilm_reward
+    batched = _scorer(model, tokenizer, "answer", batch_size=4).raw(PROMPTS, ANSWERS)
+    for prompt, answer, reward in zip(PROMPTS, ANSWERS, batched, strict=True):
+        ids, (start, end) = encode_with_answer_span(tokenizer, prompt, answer, 64)
+        with torch.no_grad():
+            hidden = model.bert(input_ids=torch.tensor([ids])).last_hidden_state
+            expected = model.classifier(hidden[:, start:end].mean(dim=1)).item()
+        assert reward == pytest.approx(expected, abs=1e-4)
+    assert batched != pytest.approx(_scorer(model, tokenizer, "mean", batch_size=4).raw(PROMPTS, ANSWERS))
+    # the prompt is read (it shapes the answer's states) though it is not pooled
+    other_prompts = ["Say something."] * len(ANSWERS)
+    in_other_context = _scorer(model, tokenizer, "answer", batch_size=4).raw(other_prompts, ANSWERS)
+    assert in_other_context != pytest.approx(batched, abs=1e-4)
+
+
+def test_answer_masks_follow_the_tokenizers_padding_side(minilm_reward):
+    from alignflow.models.reward_scorer import padded_span_mask
+
+    _, tokenizer = minilm_reward
+    rows, spans = [[101, 7, 8, 102], [101, 9, 102]], [(1, 3), (1, 2)]
+    right = padded_span_mask(tokenizer, rows, spans, 5)
+    assert right.tolist() == [[0, 1, 1, 0, 0], [0, 1, 0, 0, 0]]
+    tokenizer.padding_side = "left"  # a decoder's tokenizer: the pads come first
+    try:
+        left = padded_span_mask(tokenizer, rows, spans, 5)
+    finally:
+        tokenizer.padding_side = "right"
+    assert left.tolist() == [[0, 0, 1, 1, 0], [0, 0, 0, 1, 0]]
+
+
+def test_answer_pooling_without_a_span_is_refused(minilm_reward):
+    from alignflow.models.reward_scorer import reward_logits
+
+    model, _ = minilm_reward
+    ids = torch.ones(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="needs answer_mask"):
+        reward_logits(model, ids, torch.ones_like(ids), "answer")

@@ -85,3 +85,47 @@ def test_length_debias_needs_one_pairwise_objective():
     for bad in ({"mode": "mixed"}, {"objectives": [{"name": "a"}, {"name": "b"}]}):
         with pytest.raises(ValidationError, match="length_debias"):
             RewardConfig(length_debias=1.0, **bad)
+
+
+def test_answer_pooled_minilm_scores_at_inference_as_in_training(demo_config, demo_snapshot, tmp_path):
+    """Pooling over the answer's tokens trains through TRL's trainer and scores the same way after."""
+    from alignflow.data.snapshot import load_split
+    from alignflow.models.reward_scorer import load_reward_scorer
+    from alignflow.rlhf.reward_model import RewardModel
+    from alignflow.training.reward import run_reward
+
+    config = demo_config(
+        "reward.backbone=minilm",
+        "reward.pooling=answer",
+        "reward.max_steps=3",
+        "reward.per_device_train_batch_size=4",
+        "reward.max_length=48",
+        "reward.eval_max_rows=16",
+        "reward.stats_max_rows=8",
+        "reward.save_steps=1000",
+    )
+    result = run_reward(config, demo_snapshot, tmp_path)
+    scorer = load_reward_scorer(result.model_dir, normalize=False)
+    assert scorer.meta.pooling == "answer"
+    pairs = load_split(demo_snapshot, "eval", kind="pair")[:16]
+    prompts = [p["prompt"] for p in pairs]
+    chosen = torch.tensor(scorer.raw(prompts, [p["chosen"] for p in pairs]))
+    rejected = torch.tensor(scorer.raw(prompts, [p["rejected"] for p in pairs]))
+    assert float((chosen - rejected).mean()) == pytest.approx(result.metrics["eval/margin_mean"], abs=1e-5)
+    # spec 002's module reads the same saved model the same way
+    research = RewardModel.from_pretrained(result.model_dir)
+    assert research.score(prompts, [p["chosen"] for p in pairs]) == pytest.approx(chosen.tolist(), abs=1e-4)
+
+
+def test_heads_batches_carry_each_rows_answer_span():
+    from alignflow.training.reward import heads_collator
+
+    rating = {"input_ids": [1, 5, 6, 2], "chosen_ids": [], "rejected_ids": [], "targets": [0.5]}
+    rating |= {"span": [1, 3], "chosen_span": [0, 0], "rejected_span": [0, 0]}
+    pair = {"input_ids": [], "chosen_ids": [1, 7, 2], "rejected_ids": [1, 8, 9, 9, 2], "targets": [1.0]}
+    pair |= {"span": [0, 0], "chosen_span": [1, 2], "rejected_span": [2, 4]}
+    batch = heads_collator(pad_id=0)([pair, rating])
+    # rows are rating, chosen, rejected; each mask is 1 on its own answer only
+    assert batch["answer_mask"].tolist() == [[0, 1, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 1, 0]]
+    without_spans = {k: v for k, v in rating.items() if "span" not in k}
+    assert "answer_mask" not in heads_collator(pad_id=0)([without_spans])
