@@ -48,8 +48,12 @@ def test_reward_model_learns_the_ratings(mode, mixed_snapshot, sft_result, demo_
     # clearly better than always predicting the mean score, on ratings it never saw
     assert mse < 0.75 * variance, (mse, variance)
     assert result.metrics["eval/mse"] == pytest.approx(mse, rel=1e-3)
-    if mode == "mixed":  # the comparisons were learned too
-        assert result.metrics["eval/accuracy"] >= 0.7, result.metrics
+    if mode == "mixed":  # the comparisons were learned too: above chance beyond the 95% interval
+        from alignflow.evaluation.intervals import wilson
+
+        m = result.metrics
+        n = int(m["eval/n_pairs"])
+        assert wilson(round(m["eval/accuracy"] * n), n).low > 0.5, m
 
 
 def test_regression_needs_ratings(demo_snapshot, sft_result, demo_config, tmp_path):
