@@ -33,35 +33,41 @@ def test_length_split_accuracy():
     assert out["length_gap"] == pytest.approx(-0.5)
 
 
+def _train_minilm_and_score(demo_config, demo_snapshot, tmp_path, *overrides: str, rows: int):
+    """A few steps of the reward stage on MiniLM, then the saved model's scores on ``rows`` eval pairs."""
+    from alignflow.data.snapshot import load_split
+    from alignflow.models.reward_scorer import load_reward_scorer
+    from alignflow.training.reward import run_reward
+
+    common = ("reward.backbone=minilm", "reward.per_device_train_batch_size=4", "reward.max_length=48")
+    common += (f"reward.eval_max_rows={rows}", "reward.stats_max_rows=8", "reward.save_steps=1000")
+    result = run_reward(demo_config(*common, *overrides), demo_snapshot, tmp_path)
+    scorer = load_reward_scorer(result.model_dir, normalize=False)
+    pairs = load_split(demo_snapshot, "eval", kind="pair")[:rows]
+    prompts = [p["prompt"] for p in pairs]
+    chosen = torch.tensor(scorer.raw(prompts, [p["chosen"] for p in pairs]))
+    rejected = torch.tensor(scorer.raw(prompts, [p["rejected"] for p in pairs]))
+    return result, scorer, pairs, chosen, rejected
+
+
 def test_mean_pooled_debiased_minilm_scores_at_inference_as_in_training(demo_config, demo_snapshot, tmp_path):
     """A saved model scored by the scorer (any consumer) reproduces the stage's own held-out metrics."""
     from safetensors.torch import load_file
 
-    from alignflow.data.snapshot import load_split
     from alignflow.models.factory import minilm_path
-    from alignflow.models.reward_scorer import load_reward_scorer
-    from alignflow.training.reward import run_reward
 
-    config = demo_config(
-        "reward.backbone=minilm",
+    result, scorer, _, chosen, rejected = _train_minilm_and_score(
+        demo_config,
+        demo_snapshot,
+        tmp_path,
         "reward.pooling=mean",
         "reward.length_debias=1.0",
         "reward.freeze_layers=2",
         "reward.max_steps=4",
-        "reward.per_device_train_batch_size=4",
         "reward.learning_rate=0.001",
-        "reward.max_length=48",
-        "reward.eval_max_rows=24",
-        "reward.stats_max_rows=8",
-        "reward.save_steps=1000",
+        rows=24,
     )
-    result = run_reward(config, demo_snapshot, tmp_path)
-    scorer = load_reward_scorer(result.model_dir, normalize=False)
     assert scorer.meta.pooling == "mean"
-    pairs = load_split(demo_snapshot, "eval", kind="pair")[:24]
-    prompts = [p["prompt"] for p in pairs]
-    chosen = torch.tensor(scorer.raw(prompts, [p["chosen"] for p in pairs]))
-    rejected = torch.tensor(scorer.raw(prompts, [p["rejected"] for p in pairs]))
     m = result.metrics
     assert float((chosen > rejected).float().mean()) == pytest.approx(m["eval/accuracy"])
     assert float((chosen - rejected).mean()) == pytest.approx(m["eval/margin_mean"], abs=1e-5)
@@ -89,28 +95,13 @@ def test_length_debias_needs_one_pairwise_objective():
 
 def test_answer_pooled_minilm_scores_at_inference_as_in_training(demo_config, demo_snapshot, tmp_path):
     """Pooling over the answer's tokens trains through TRL's trainer and scores the same way after."""
-    from alignflow.data.snapshot import load_split
-    from alignflow.models.reward_scorer import load_reward_scorer
     from alignflow.rlhf.reward_model import RewardModel
-    from alignflow.training.reward import run_reward
 
-    config = demo_config(
-        "reward.backbone=minilm",
-        "reward.pooling=answer",
-        "reward.max_steps=3",
-        "reward.per_device_train_batch_size=4",
-        "reward.max_length=48",
-        "reward.eval_max_rows=16",
-        "reward.stats_max_rows=8",
-        "reward.save_steps=1000",
+    result, scorer, pairs, chosen, rejected = _train_minilm_and_score(
+        demo_config, demo_snapshot, tmp_path, "reward.pooling=answer", "reward.max_steps=3", rows=16
     )
-    result = run_reward(config, demo_snapshot, tmp_path)
-    scorer = load_reward_scorer(result.model_dir, normalize=False)
     assert scorer.meta.pooling == "answer"
-    pairs = load_split(demo_snapshot, "eval", kind="pair")[:16]
     prompts = [p["prompt"] for p in pairs]
-    chosen = torch.tensor(scorer.raw(prompts, [p["chosen"] for p in pairs]))
-    rejected = torch.tensor(scorer.raw(prompts, [p["rejected"] for p in pairs]))
     assert float((chosen - rejected).mean()) == pytest.approx(result.metrics["eval/margin_mean"], abs=1e-5)
     # spec 002's module reads the same saved model the same way
     research = RewardModel.from_pretrained(result.model_dir)
