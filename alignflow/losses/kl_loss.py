@@ -80,3 +80,12 @@ class KLDivergenceLoss(CustomLoss):
         elif observed_kl < self.target_kl / 1.5:
             self.kl_coef /= 2.0
         return self.kl_coef
+
+    # the adapted coefficient is training state: it travels in state_dict (and so in any
+    # checkpoint of a module holding this loss), or a resumed run would restart from the initial one
+    def get_extra_state(self) -> dict[str, float]:
+        return {"kl_coef": self.kl_coef, "target_kl": self.target_kl}
+
+    def set_extra_state(self, state: dict[str, float]) -> None:
+        self.kl_coef = float(state["kl_coef"])
+        self.target_kl = float(state["target_kl"])

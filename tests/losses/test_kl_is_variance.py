@@ -40,6 +40,18 @@ def test_kl_coefficient_scales_and_adapts():
     assert loss.update(0.001) == pytest.approx(0.1)  # below target/1.5: halve
 
 
+def test_the_adapted_coefficient_survives_a_state_dict_round_trip(tmp_path):
+    kl = KLDivergenceLoss(target_kl=0.01, kl_coef=0.1)
+    kl.update(0.5)
+    kl.update(0.5)  # adapted to 0.4
+    composite = CompositeLoss([PPOLoss(), kl])
+    torch.save(composite.state_dict(), tmp_path / "losses.pt")
+    resumed = CompositeLoss([PPOLoss(), KLDivergenceLoss(target_kl=0.01, kl_coef=0.1)])
+    resumed.load_state_dict(torch.load(tmp_path / "losses.pt"))
+    assert resumed.losses[1].kl_coef == pytest.approx(0.4)
+    assert resumed.losses[1].update(0.001) == pytest.approx(0.2)  # adapts on from where it was
+
+
 def test_importance_weights_are_capped_and_capped_tokens_get_no_gradient():
     log_probs = torch.log(torch.tensor([0.5, 2.0, 10.0])).requires_grad_(True)
     adv = torch.tensor([1.0, 1.0, 1.0])
