@@ -87,11 +87,33 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "set": {"pooling": "answer", "max_length": 256},
         "base": "config",
     },
+    # one knob at a time around the chosen config (issue #15 part 3: nothing here reached 0.68)
+    "full/answer-pooling-seed2": {"phase": "full", "set": {"pooling": "answer", "seed": 2}, "base": "config"},
+    "full/answer-pooling-lr2e-4": {"phase": "full", "set": {"learning_rate": 2e-4}, "base": "config"},
+    "full/answer-pooling-steps400": {"phase": "full", "set": {"max_steps": 400}, "base": "config"},
+    "full/answer-pooling-batch32": {
+        "phase": "full",
+        "set": {"per_device_train_batch_size": 32},
+        "base": "config",
+    },
+    "full/answer-pooling-freeze0": {"phase": "full", "set": {"freeze_layers": 0}, "base": "config"},
+    "full/answer-pooling-wd0.1": {"phase": "full", "set": {"weight_decay": 0.1}, "base": "config"},
+    "full/answer-pooling-debias0.5": {"phase": "full", "set": {"length_debias": 0.5}, "base": "config"},
     "full/cls-pooler-len192": {
         "phase": "full",
         "set": {"pooling": "model", "max_length": 192},
         "base": "config",
     },
+}
+
+
+# equal-weight ensembles: the mean of the members' normalised rewards (members must store margins)
+ENSEMBLES: dict[str, list[str]] = {
+    "ensemble/answer-pooling-3-seeds": [
+        "full/answer-pooling",
+        "full/answer-pooling-seed1",
+        "full/answer-pooling-seed2",
+    ],
 }
 
 
@@ -158,6 +180,52 @@ def run_variant(name: str, data_dir: Path, root: Path) -> dict[str, Any]:
         "steps": int(metrics["global_step"]),
         "minutes": round(minutes, 2),
         "cpu_minutes": round(cpu_minutes, 2),
+        "eval_margins": held_out_margins(out / "model", data_dir),
+    }
+
+
+def held_out_margins(model_dir: Path, data_dir: Path) -> list[float]:
+    """Per held-out pair, the saved model's normalised reward of chosen minus rejected (for ensembles)."""
+    from alignflow.data.pairing import load_optional_pairs
+    from alignflow.models.reward_scorer import load_reward_scorer
+
+    pairs = load_optional_pairs(data_dir, "eval", None)
+    scorer = load_reward_scorer(model_dir)
+    prompts = [p["prompt"] for p in pairs]
+    chosen = scorer(prompts, [p["chosen"] for p in pairs])
+    rejected = scorer(prompts, [p["rejected"] for p in pairs])
+    return [round(c - r, 4) for c, r in zip(chosen, rejected, strict=True)]
+
+
+def held_out_lengths(data_dir: Path) -> list[list[int]]:
+    """Characters of each held-out pair's chosen and rejected response (the stage's length split)."""
+    from alignflow.data.pairing import load_optional_pairs
+    from alignflow.models.prompting import completion_text
+
+    pairs = load_optional_pairs(data_dir, "eval", None)
+    return [[len(completion_text(p["chosen"])), len(completion_text(p["rejected"]))] for p in pairs]
+
+
+def ensemble(members: list[dict[str, Any]], lengths: list[list[int]]) -> dict[str, Any]:
+    """Accuracy, interval and length split of the members' mean margin; minutes add up (one by one)."""
+    from alignflow.evaluation.benchmark import length_bias
+    from alignflow.evaluation.intervals import wilson
+
+    margins = [sum(m["eval_margins"][i] for m in members) / len(members) for i in range(len(lengths))]
+    n = len(margins)
+    interval = wilson(sum(m > 0 for m in margins), n)
+    bias = length_bias(margins, [0.0] * n, [c for c, _ in lengths], [r for _, r in lengths])
+    longer, shorter = bias.chosen_longer.value, bias.chosen_shorter.value
+    return {
+        "accuracy": interval.value,
+        "accuracy_low": interval.low,
+        "accuracy_high": interval.high,
+        "n_pairs": n,
+        "accuracy_chosen_longer": longer,
+        "accuracy_chosen_shorter": shorter,
+        "length_gap": longer - shorter,
+        "minutes": round(sum(m["minutes"] for m in members), 2),
+        "cpu_minutes": round(sum(m["cpu_minutes"] for m in members), 2),
     }
 
 
@@ -193,8 +261,9 @@ def write_markdown(doc: dict[str, Any], path: Path) -> Path:
         "Length gap = accuracy where chosen is the longer answer - where it is the shorter.",
         "Minutes are wall clock on two cores. The rows up to full/no-length-debias ran on a machine "
         "shared with other jobs (load 3-9, two variants at a time for some), so their minutes overstate "
-        "an idle machine; the answer-pooling rows ran alone on an idle one. CPU minutes (the stage "
-        "process's user + system time) compare variants.",
+        "an idle machine; the answer-pooling rows ran alone on idle machines of two speeds: lr5e-5, "
+        "freeze4 and len256 on one where the chosen config took 4.7 minutes, the others on one where "
+        "it took 2.7. CPU minutes (the stage process's user + system time) compare variants.",
         "",
         "| variant | changes | pooling, max_length as run | accuracy [95% CI] | chosen longer "
         "| chosen shorter | length gap | train acc | steps | minutes | CPU minutes |",
@@ -212,6 +281,23 @@ def write_markdown(doc: dict[str, Any], path: Path) -> Path:
             f"| {r['length_gap']:+.3f} | {train} | {r['steps']} | {r['minutes']:.1f} "
             f"| {cpu} |"
         )
+    if doc.get("ensembles"):
+        lines += [
+            "",
+            "Ensembles: the mean of the members' normalised rewards (each member a row above; minutes "
+            "are the members' sum).",
+            "",
+            "| ensemble | members | accuracy [95% CI] | chosen longer | chosen shorter | length gap "
+            "| minutes | CPU minutes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, r in doc["ensembles"].items():
+            lines.append(
+                f"| {name} | {', '.join(ENSEMBLES[name])} "
+                f"| {r['accuracy']:.3f} [{r['accuracy_low']:.3f}, {r['accuracy_high']:.3f}] "
+                f"| {r['accuracy_chosen_longer']:.3f} | {r['accuracy_chosen_shorter']:.3f} "
+                f"| {r['length_gap']:+.3f} | {r['minutes']:.1f} | {r['cpu_minutes']:.1f} |"
+            )
     missing = [name for name in VARIANTS if name not in doc["variants"]]
     if missing:
         lines += ["", f"Defined but not measured in this file: {', '.join(missing)}."]
@@ -242,7 +328,9 @@ def measures_committed_config(record: dict[str, Any], reward: Any) -> bool:
     return record["pooling"] == reward.pooling and record["max_length"] == reward.max_length
 
 
-def summarise(variants: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+def summarise(
+    variants: dict[str, Any], counts: dict[str, int], lengths: list[list[int]] | None
+) -> dict[str, Any]:
     """The result document: every variant, the committed config and how its measurement meets the targets."""
     import torch
 
@@ -256,6 +344,12 @@ def summarise(variants: dict[str, Any], counts: dict[str, int]) -> dict[str, Any
         "target": TARGET,
         "chosen_config": _chosen_config(),
         "variants": variants,
+        "held_out_lengths": lengths,
+        "ensembles": {
+            name: ensemble([variants[m] for m in members], lengths)
+            for name, members in ENSEMBLES.items()
+            if lengths and all("eval_margins" in variants.get(m, {}) for m in members)
+        },
     }
     chosen = next((n for n, r in variants.items() if measures_committed_config(r, reward)), None)
     if chosen:
@@ -293,20 +387,21 @@ def run(names: list[str] | None = None) -> dict[str, Any]:
         root = Path(tmp)
         data_dir = prepare_snapshot(root)
         counts = json.loads((data_dir / "manifest.json").read_text())["counts"]
+        lengths = held_out_lengths(data_dir)
         for name in names:
             fresh[name] = run_variant(name, data_dir, root)
             print(f"{name}: {json.dumps(fresh[name])}", flush=True)
     # read the earlier results only now: variants may have been run by another invocation meanwhile
     previous = json.loads(path.read_text()).get("variants", {}) if path.exists() else {}
     merged = {**previous, **fresh}
-    return write(summarise({k: merged[k] for k in VARIANTS if k in merged}, counts))
+    return write(summarise({k: merged[k] for k in VARIANTS if k in merged}, counts, lengths))
 
 
 def report() -> dict[str, Any]:
     """Rebuild the JSON summary and the Markdown from the stored variants (after a config change)."""
     stored = json.loads((RESULTS / "reward_quality.json").read_text())
     variants = {k: stored["variants"][k] for k in VARIANTS if k in stored["variants"]}
-    return write(summarise(variants, stored["counts"]))
+    return write(summarise(variants, stored["counts"], stored.get("held_out_lengths")))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""The reward-quality bench's ensemble arithmetic: the members' mean margin decides, lengths split it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.reward_quality_bench import ENSEMBLES, VARIANTS, ensemble, summarise
+
+
+def _member(margins, minutes=1.0):
+    return {"eval_margins": margins, "minutes": minutes, "cpu_minutes": 2 * minutes}
+
+
+# chosen longer, longer, shorter, shorter
+LENGTHS = [[30, 10], [40, 20], [5, 50], [8, 80]]
+
+
+def test_the_mean_margin_decides_each_pair():
+    # alone 0.5 and 0.25; where they disagree the more confident member wins (means 0.75, 1, 0.4, -1)
+    members = [_member([2.0, -1.0, 1.0, -1.0]), _member([-0.5, 3.0, -0.2, -1.0], minutes=2.0)]
+    result = ensemble(members, LENGTHS)
+    assert result["accuracy"] == pytest.approx(0.75)
+    assert result["accuracy_chosen_longer"] == pytest.approx(1.0)
+    assert result["accuracy_chosen_shorter"] == pytest.approx(0.5)
+    assert result["minutes"] == 3.0 and result["cpu_minutes"] == 6.0
+
+
+def test_the_length_gap_is_signed_longer_minus_shorter():
+    # right only where the chosen answer is the shorter one: "shorter wins"
+    result = ensemble([_member([-1.0, -1.0, 1.0, 1.0])], LENGTHS)
+    assert result["length_gap"] == pytest.approx(-1.0)
+    assert result["accuracy_low"] < result["accuracy"] < result["accuracy_high"]
+
+
+def test_ensembles_need_every_member_measured_with_margins():
+    name, members = next(iter(ENSEMBLES.items()))
+    assert all(m in VARIANTS for m in members)
+    base = {"phase": "screen"}  # not read as the committed config's measurement
+    variants = {m: base | _member([1.0, 1.0, -1.0, 1.0]) for m in members}
+    assert name in summarise(variants, {"train": 1, "eval": 4}, LENGTHS)["ensembles"]
+    del variants[members[-1]]["eval_margins"]  # a row measured before margins were stored
+    assert summarise(variants, {"train": 1, "eval": 4}, LENGTHS)["ensembles"] == {}
