@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ def encode_for_reward(tokenizer: Any, prompt: Prompt, completion: Any, max_lengt
     return ids["input_ids"]
 
 
+@lru_cache(maxsize=8)  # once per tokenizer, not once per scored row
 def _special_tokens_around(tokenizer: Any) -> tuple[int, int]:
     """How many special tokens the tokenizer puts before and after a single text ([CLS] ... [SEP])."""
     core = tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -100,6 +102,16 @@ def encode_with_answer_span(
     n_answer = len(tokenizer(tail, add_special_tokens=False)["input_ids"])
     end = len(ids) - after
     return ids, (max(before, end - n_answer), end)
+
+
+def encode_reward_input(
+    tokenizer: Any, prompt: Prompt, completion: Any, max_length: int, with_span: bool
+) -> tuple[list[int], tuple[int, int] | None]:
+    """The ids a reward model reads, and the answer's span only where it is pooled (``with_span``):
+    locating the span costs a second tokenisation that the other poolings do not need."""
+    if with_span:
+        return encode_with_answer_span(tokenizer, prompt, completion, max_length)
+    return encode_for_reward(tokenizer, prompt, completion, max_length), None
 
 
 def span_mask(spans: Sequence[Sequence[int]], width: int) -> torch.Tensor:
@@ -195,9 +207,10 @@ class RewardScorer:
         """Raw per-objective outputs, shape ``[n, n_objectives]``."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        with_span = self.meta.pooling == "answer"
         encoded, spans = [], []
         for p, c in zip(prompts, completions, strict=True):
-            ids, span = encode_with_answer_span(self.tokenizer, p, c, self.meta.max_length)
+            ids, span = encode_reward_input(self.tokenizer, p, c, self.meta.max_length, with_span)
             encoded.append(ids)
             spans.append(span)
         # batches of similar length pad little; the rows go back to their order at the end
@@ -208,12 +221,10 @@ class RewardScorer:
             batch = self.tokenizer.pad(
                 [{"input_ids": encoded[i]} for i in index], return_tensors="pt", padding=True
             ).to(self.device)
-            answer = padded_span_mask(
-                self.tokenizer,
-                [encoded[i] for i in index],
-                [spans[i] for i in index],
-                batch["input_ids"].shape[1],
-            )
+            answer = None
+            if with_span:
+                rows, row_spans = [encoded[i] for i in index], [spans[i] for i in index]
+                answer = padded_span_mask(self.tokenizer, rows, row_spans, batch["input_ids"].shape[1])
             logits = reward_logits(
                 self.model, batch["input_ids"], batch["attention_mask"], self.meta.pooling, answer
             )

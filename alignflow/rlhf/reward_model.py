@@ -25,7 +25,7 @@ from torch import nn
 from alignflow.models.reward_scorer import (
     RewardMeta,
     combine_heads,
-    encode_with_answer_span,
+    encode_reward_input,
     padded_span_mask,
     reward_logits,
 )
@@ -64,8 +64,9 @@ class RewardModel(nn.Module):
         """A padded batch of (prompt, response) rows, encoded as the reward stage trained on them."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        with_span = self.meta.pooling == "answer"
         encoded = [
-            encode_with_answer_span(self.tokenizer, p, r, self.meta.max_length)
+            encode_reward_input(self.tokenizer, p, r, self.meta.max_length, with_span)
             for p, r in zip(prompts, responses, strict=True)
         ]
         rows = [ids for ids, _ in encoded]
@@ -74,7 +75,7 @@ class RewardModel(nn.Module):
             "input_ids": batch["input_ids"].to(self.device),
             "attention_mask": batch["attention_mask"].to(self.device),
         }
-        if self.meta.pooling == "answer":
+        if with_span:
             spans = [span for _, span in encoded]
             mask = padded_span_mask(self.tokenizer, rows, spans, out["input_ids"].shape[1])
             out["answer_mask"] = mask.to(self.device)

@@ -35,7 +35,7 @@ from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import (
     RewardMeta,
     RewardScorer,
-    encode_with_answer_span,
+    encode_reward_input,
     reward_logits,
     span_mask,
 )
@@ -184,8 +184,10 @@ def encode_pairs(
     where each answer's tokens sit (pooling "answer")."""
     rows = []
     for p in pairs:
-        chosen, chosen_span = encode_with_answer_span(tokenizer, p["prompt"], p["chosen"], max_length)
-        rejected, rejected_span = encode_with_answer_span(tokenizer, p["prompt"], p["rejected"], max_length)
+        (chosen, chosen_span), (rejected, rejected_span) = (
+            encode_reward_input(tokenizer, p["prompt"], p[side], max_length, spans)
+            for side in ("chosen", "rejected")
+        )
         row = {
             "input_ids": [],
             "chosen_ids": chosen,
@@ -204,7 +206,7 @@ def encode_scored(
     """Rating rows for :class:`HeadsRewardTrainer` (``chosen_ids`` empty: not a pair)."""
     rows = []
     for r in records:
-        ids, span = encode_with_answer_span(tokenizer, r["prompt"], r["completion"], max_length)
+        ids, span = encode_reward_input(tokenizer, r["prompt"], r["completion"], max_length, spans)
         row = {
             "input_ids": ids,
             "chosen_ids": [],
