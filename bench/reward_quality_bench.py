@@ -141,7 +141,7 @@ def prepare_snapshot(root: Path) -> Path:
     return data_dir
 
 
-def run_variant(name: str, data_dir: Path, root: Path) -> dict[str, Any]:
+def run_variant(name: str, data_dir: Path, root: Path, held_out: list[dict[str, Any]]) -> dict[str, Any]:
     """One variant through the CLI in its own process; the stage's metrics plus wall-clock minutes."""
     from alignflow.evaluation.intervals import wilson
 
@@ -180,16 +180,14 @@ def run_variant(name: str, data_dir: Path, root: Path) -> dict[str, Any]:
         "steps": int(metrics["global_step"]),
         "minutes": round(minutes, 2),
         "cpu_minutes": round(cpu_minutes, 2),
-        "eval_margins": held_out_margins(out / "model", data_dir),
+        "eval_margins": held_out_margins(out / "model", held_out),
     }
 
 
-def held_out_margins(model_dir: Path, data_dir: Path) -> list[float]:
+def held_out_margins(model_dir: Path, pairs: list[dict[str, Any]]) -> list[float]:
     """Per held-out pair, the saved model's normalised reward of chosen minus rejected (for ensembles)."""
-    from alignflow.data.pairing import load_optional_pairs
     from alignflow.models.reward_scorer import load_reward_scorer
 
-    pairs = load_optional_pairs(data_dir, "eval", None)
     scorer = load_reward_scorer(model_dir)
     prompts = [p["prompt"] for p in pairs]
     chosen = scorer(prompts, [p["chosen"] for p in pairs])
@@ -197,12 +195,10 @@ def held_out_margins(model_dir: Path, data_dir: Path) -> list[float]:
     return [round(c - r, 4) for c, r in zip(chosen, rejected, strict=True)]
 
 
-def held_out_lengths(data_dir: Path) -> list[list[int]]:
+def held_out_lengths(pairs: list[dict[str, Any]]) -> list[list[int]]:
     """Characters of each held-out pair's chosen and rejected response (the stage's length split)."""
-    from alignflow.data.pairing import load_optional_pairs
     from alignflow.models.prompting import completion_text
 
-    pairs = load_optional_pairs(data_dir, "eval", None)
     return [[len(completion_text(p["chosen"])), len(completion_text(p["rejected"]))] for p in pairs]
 
 
@@ -261,9 +257,9 @@ def write_markdown(doc: dict[str, Any], path: Path) -> Path:
         "Length gap = accuracy where chosen is the longer answer - where it is the shorter.",
         "Minutes are wall clock on two cores. The rows up to full/no-length-debias ran on a machine "
         "shared with other jobs (load 3-9, two variants at a time for some), so their minutes overstate "
-        "an idle machine; the answer-pooling rows ran alone on idle machines of two speeds: lr5e-5, "
-        "freeze4 and len256 on one where the chosen config took 4.7 minutes, the others on one where "
-        "it took 2.7. CPU minutes (the stage process's user + system time) compare variants.",
+        "an idle machine; the answer-pooling rows ran alone on idle machines, lr5e-5, freeze4 and "
+        "len256 on a slower one than the others. CPU minutes (the stage process's user + system time) "
+        "compare variants.",
         "",
         "| variant | changes | pooling, max_length as run | accuracy [95% CI] | chosen longer "
         "| chosen shorter | length gap | train acc | steps | minutes | CPU minutes |",
@@ -377,6 +373,8 @@ def write(doc: dict[str, Any]) -> dict[str, Any]:
 
 def run(names: list[str] | None = None) -> dict[str, Any]:
     """Run the named variants (all by default), merge with earlier results, write JSON and Markdown."""
+    from alignflow.data.pairing import load_optional_pairs
+
     names = names or list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -387,9 +385,10 @@ def run(names: list[str] | None = None) -> dict[str, Any]:
         root = Path(tmp)
         data_dir = prepare_snapshot(root)
         counts = json.loads((data_dir / "manifest.json").read_text())["counts"]
-        lengths = held_out_lengths(data_dir)
+        held_out = load_optional_pairs(data_dir, "eval", None)
+        lengths = held_out_lengths(held_out)
         for name in names:
-            fresh[name] = run_variant(name, data_dir, root)
+            fresh[name] = run_variant(name, data_dir, root, held_out)
             print(f"{name}: {json.dumps(fresh[name])}", flush=True)
     # read the earlier results only now: variants may have been run by another invocation meanwhile
     previous = json.loads(path.read_text()).get("variants", {}) if path.exists() else {}
