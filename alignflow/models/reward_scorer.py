@@ -141,7 +141,7 @@ def combine_heads(logits: torch.Tensor, weights: Sequence[float]) -> torch.Tenso
 POOLINGS = ("model", "mean", "answer")
 
 
-def _parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
+def classifier_parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
     """Body, linear head and head dropout of a ``*ForSequenceClassification`` model (PEFT-wrapped or not)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     body = getattr(inner, inner.base_model_prefix, None)
@@ -174,7 +174,7 @@ def reward_logits(
         raise ValueError(f"unknown reward pooling {pooling!r}; expected one of {POOLINGS}")
     if pooling == "answer" and answer_mask is None:
         raise ValueError("reward pooling 'answer' needs answer_mask (see encode_with_answer_span)")
-    body, head, dropout = _parts(model)
+    body, head, dropout = classifier_parts(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     mask = attention_mask if pooling == "mean" else attention_mask * answer_mask.to(attention_mask.device)
     mask = mask.unsqueeze(-1).to(hidden.dtype)
