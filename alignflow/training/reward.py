@@ -4,7 +4,8 @@ The reward model encodes text with its *own* tokenizer through
 :func:`alignflow.models.reward_scorer.encode_for_reward`, the function the scorer uses at
 inference, so a MiniLM reward model can judge a Llama policy. After training the stage
 measures accuracy, margin and calibration (ECE) on held-out pairs and saves the reward
-mean/std beside the weights for downstream normalisation.
+mean/std beside the weights for downstream normalisation. With ``noisy_pair_fraction`` the
+train pairs most likely mislabelled are set aside first (:mod:`alignflow.training.noisy_pairs`).
 
 - one objective, pairwise: TRL's RewardTrainer;
 - regression (scores in [0, 1], MSE), mixed (MSE on ratings + Bradley-Terry on pairs, one
@@ -39,8 +40,10 @@ from alignflow.models.reward_scorer import (
     reward_logits,
     span_mask,
 )
+from alignflow.registry import tracking
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.noisy_pairs import NOISY_PAIRS_FILE, find_noisy_pairs, write_noisy_pairs
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -260,13 +263,18 @@ def response_log_length(completion: Any) -> float:
     return float(np.log1p(len(completion_text(completion))))
 
 
+def log_length_differences(pairs: list[dict[str, Any]]) -> np.ndarray:
+    """Per pair, log-length of the chosen response minus that of the rejected one."""
+    return np.array([response_log_length(p["chosen"]) - response_log_length(p["rejected"]) for p in pairs])
+
+
 def fit_length_prior(pairs: list[dict[str, Any]]) -> float:
     """Slope w of P(chosen wins) = sigmoid(w * (log-length chosen - log-length rejected)), by Newton's method.
 
     Negative when the data prefers shorter answers. Used as a fixed offset during training
     (``length_debias``): the reward then only has to explain what length does not.
     """
-    d = np.array([response_log_length(p["chosen"]) - response_log_length(p["rejected"]) for p in pairs])
+    d = log_length_differences(pairs)
     w = 0.0
     for _ in range(50):
         p = 1.0 / (1.0 + np.exp(-w * d))
@@ -337,8 +345,13 @@ def run_reward(
     base_args = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": config.model.model_dump()})]
     lora = peft_config(config.model, task_type="SEQ_CLS")
+    metrics: dict[str, float] = {}
     if stage.mode == "pairwise" and len(names) == 1:
         require_rows(train_pairs, data_dir, "train", "pair/scored")
+        if stage.noisy_pair_fraction:
+            n_read = len(train_pairs)
+            train_pairs = set_aside_noisy_pairs(model, tokenizer, train_pairs, stage, seed, output_dir)
+            metrics["train/pairs_set_aside"] = float(n_read - len(train_pairs))
         encoded = encode_pairs(train_pairs, tokenizer, stage.max_length, names, stage.pooling == "answer")
         train_ds = Dataset.from_list(encoded).remove_columns(
             [c for c in ("targets", "input_ids", "span") if c in encoded[0]]
@@ -347,10 +360,7 @@ def run_reward(
         if stage.length_debias:
             # TRL subtracts the margin inside the sigmoid: -w * d adds the prior w * d to the logit
             w = stage.length_debias * fit_length_prior(train_pairs)
-            margins = [
-                m - w * (response_log_length(p["chosen"]) - response_log_length(p["rejected"]))
-                for m, p in zip(margins, train_pairs, strict=True)
-            ]
+            margins = [m - w * d for m, d in zip(margins, log_length_differences(train_pairs), strict=True)]
         if stage.use_margin or stage.length_debias:
             train_ds = train_ds.add_column("margin", margins)
         args = dict(base_args, max_length=None, center_rewards_coefficient=stage.center_rewards_coefficient)
@@ -387,9 +397,28 @@ def run_reward(
     trainer.pooling = stage.pooling
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     model_dir = save_final_model(trainer, output_dir)
-    metrics = {"train_loss": output.training_loss, "global_step": float(trainer.state.global_step)}
+    metrics |= {"train_loss": output.training_loss, "global_step": float(trainer.state.global_step)}
+    if stage.mode != "regression":  # ratings alone learn from no pair
+        metrics["train/pairs_used"] = float(len(train_pairs))
     metrics.update(measure_and_save_meta(model_dir, stage, names, weights, train_pairs, eval_pairs, data_dir))
     return finish_stage("reward", output_dir, model_dir, metrics, resumed_from)
+
+
+def set_aside_noisy_pairs(
+    model: Any, tokenizer: Any, pairs: list[dict[str, Any]], stage: Any, seed: int, output_dir: Path
+) -> list[dict[str, Any]]:
+    """The train pairs to learn from; the ones set aside as likely mislabelled go to ``noisy_pairs.jsonl``
+    (logged to the active run), each with the probe's probability of its label."""
+    prior_logit = fit_length_prior(pairs) * log_length_differences(pairs)
+    noisy = find_noisy_pairs(
+        model, tokenizer, pairs, stage.noisy_pair_fraction, stage.max_length, prior_logit, seed
+    )
+    path = write_noisy_pairs(Path(output_dir) / NOISY_PAIRS_FILE, pairs, noisy)
+    if tracking.active():
+        import mlflow
+
+        mlflow.log_artifact(str(path), artifact_path="reward")
+    return [pairs[i] for i in noisy.kept(len(pairs))]
 
 
 def measure_and_save_meta(

@@ -46,6 +46,14 @@ class RewardConfig(StageConfig):
         "Bradley-Terry logit during training only (product of experts), so the reward itself need not "
         "learn 'shorter/longer wins'; 0 = off, 1 = the fitted prior",
     )
+    noisy_pair_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="pairwise: set aside this fraction of train pairs, those whose label an out-of-fold "
+        "linear probe on the frozen backbone finds least plausible (confident learning); they are "
+        "written to noisy_pairs.jsonl with their probability. 0 = train on every pair",
+    )
     freeze_layers: int = Field(
         0,
         ge=0,
@@ -66,7 +74,9 @@ class RewardConfig(StageConfig):
         return self.group_by_length and self.mode != "regression"
 
     @model_validator(mode="after")
-    def _debias_needs_one_pairwise_objective(self) -> RewardConfig:
-        if self.length_debias and (self.mode != "pairwise" or len(self.objectives) != 1):
-            raise ValueError("reward.length_debias needs mode 'pairwise' with one objective")
+    def _pair_options_need_one_pairwise_objective(self) -> RewardConfig:
+        one_pairwise = self.mode == "pairwise" and len(self.objectives) == 1
+        for name in ("length_debias", "noisy_pair_fraction"):
+            if getattr(self, name) and not one_pairwise:
+                raise ValueError(f"reward.{name} needs mode 'pairwise' with one objective")
         return self
