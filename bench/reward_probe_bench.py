@@ -97,26 +97,6 @@ def features(train, held_out) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def fit_head(diff: np.ndarray, l2: float, offset: np.ndarray) -> np.ndarray:
-    """Bradley-Terry weights on standardised feature differences (L-BFGS), a fixed offset per pair."""
-    import torch
-
-    scale = diff.std(0) + 1e-6
-    x = torch.tensor(diff / scale, dtype=torch.float32)
-    b = torch.tensor(offset, dtype=torch.float32)
-    w = torch.zeros(x.shape[1], requires_grad=True)
-    optimizer = torch.optim.LBFGS([w], max_iter=300, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = torch.nn.functional.softplus(-(x @ w + b)).mean() + l2 * (w * w).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return w.detach().numpy() / scale
-
-
 def accuracy_and_gap(margin: np.ndarray, length_diff: np.ndarray) -> tuple[float, float]:
     right = margin > 0
     longer, shorter = length_diff > 0, length_diff < 0
@@ -132,6 +112,7 @@ def _log_length_diff(pairs) -> np.ndarray:
 def run() -> dict[str, Any]:
     from alignflow.data.pairing import load_optional_pairs, load_pairs
     from alignflow.evaluation.intervals import wilson
+    from alignflow.training.noisy_pairs import fit_bradley_terry_probe
     from alignflow.training.reward import fit_length_prior
     from bench.reward_quality_bench import prepare_snapshot
 
@@ -150,14 +131,14 @@ def run() -> dict[str, Any]:
             cv_margin = np.zeros(len(train))
             for k in range(FOLDS):
                 fit, score = folds != k, folds == k
-                w = fit_head(data["train"][fit], l2, debias * prior * d_train[fit])
+                w = fit_bradley_terry_probe(data["train"][fit], l2, debias * prior * d_train[fit])
                 cv_margin[score] = data["train"][score] @ w
             acc, gap = accuracy_and_gap(cv_margin, d_train)
             if abs(gap) <= MAX_GAP and (best is None or acc > best["cv_accuracy"]):
                 best = {"l2": l2, "debias": debias, "cv_accuracy": acc, "cv_gap": gap, "_cv": cv_margin}
         if best is None:
             continue
-        w = fit_head(data["train"], best["l2"], best["debias"] * prior * d_train)
+        w = fit_bradley_terry_probe(data["train"], best["l2"], best["debias"] * prior * d_train)
         best["_held"] = data["held_out"] @ w
         chosen[view] = best
 
