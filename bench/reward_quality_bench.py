@@ -104,6 +104,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "set": {"pooling": "model", "max_length": 192},
         "base": "config",
     },
+    # the train pairs' labels are noisy: set aside the tenth an out-of-fold probe on the frozen
+    # encoder finds least plausible (alignflow/training/noisy_pairs.py), at three seeds
+    "full/noisy-pairs-0.1": {"phase": "full", "set": {"noisy_pair_fraction": 0.1}, "base": "config"},
+    "full/noisy-pairs-0.1-seed1": {
+        "phase": "full",
+        "set": {"noisy_pair_fraction": 0.1, "seed": 1},
+        "base": "config",
+    },
+    "full/noisy-pairs-0.1-seed2": {
+        "phase": "full",
+        "set": {"noisy_pair_fraction": 0.1, "seed": 2},
+        "base": "config",
+    },
+    # how much the fraction matters: twice as many set aside
+    "full/noisy-pairs-0.2": {"phase": "full", "set": {"noisy_pair_fraction": 0.2}, "base": "config"},
 }
 
 
@@ -113,6 +128,11 @@ ENSEMBLES: dict[str, list[str]] = {
         "full/answer-pooling",
         "full/answer-pooling-seed1",
         "full/answer-pooling-seed2",
+    ],
+    "ensemble/noisy-pairs-3-seeds": [
+        "full/noisy-pairs-0.1",
+        "full/noisy-pairs-0.1-seed1",
+        "full/noisy-pairs-0.1-seed2",
     ],
 }
 
@@ -166,6 +186,7 @@ def run_variant(name: str, data_dir: Path, root: Path, held_out: list[dict[str, 
     return {
         "phase": variant["phase"],
         "overrides": overrides(variant),
+        "reward_config": reward_settings(overrides(variant)),
         "pooling": meta["pooling"],
         "max_length": meta["max_length"],
         "accuracy": metrics["eval/accuracy"],
@@ -230,14 +251,24 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _chosen_config() -> dict[str, Any]:
+# the reward knobs a row's settings are read from, and those added after the first rows ran
+# (a row that did not record its settings and does not override one of these ran its old default)
+KNOBS = ("backbone", "pooling", "learning_rate", "warmup_ratio", "max_steps", "per_device_train_batch_size")
+KNOBS += ("max_length", "length_debias", "freeze_layers", "weight_decay", "stats_max_rows")
+KNOBS += ("noisy_pair_fraction", "seed")
+KNOBS_ADDED_LATER = {"noisy_pair_fraction": 0.0}
+
+
+def reward_settings(overrides: list[str] | None = None) -> dict[str, Any]:
+    """The reward knobs of ``configs/hh-rlhf.yaml`` with ``overrides`` applied (what a variant runs)."""
     from alignflow.config import load_config
 
-    reward = load_config(CONFIG, []).reward
-    keys = ("backbone", "pooling", "learning_rate", "warmup_ratio", "max_steps")
-    keys += ("per_device_train_batch_size", "max_length", "length_debias", "freeze_layers")
-    keys += ("weight_decay", "stats_max_rows")
-    return {key: getattr(reward, key) for key in keys}
+    reward = load_config(CONFIG, list(overrides or [])).reward
+    return {key: getattr(reward, key) for key in KNOBS}
+
+
+def _chosen_config() -> dict[str, Any]:
+    return {k: v for k, v in reward_settings().items() if k != "seed"}
 
 
 def write_markdown(doc: dict[str, Any], path: Path) -> Path:
@@ -259,7 +290,8 @@ def write_markdown(doc: dict[str, Any], path: Path) -> Path:
         "shared with other jobs (load 3-9, two variants at a time for some), so their minutes overstate "
         "an idle machine; the answer-pooling rows ran alone on idle machines, lr5e-5, freeze4 and "
         "len256 on a slower one than the others. CPU minutes (the stage process's user + system time) "
-        "compare variants.",
+        "compare variants run on one machine; the noisy-pairs rows ran on another, later, so compare "
+        "their minutes with each other only.",
         "",
         "| variant | changes | pooling, max_length as run | accuracy [95% CI] | chosen longer "
         "| chosen shorter | length gap | train acc | steps | minutes | CPU minutes |",
@@ -313,14 +345,21 @@ def write_markdown(doc: dict[str, Any], path: Path) -> Path:
 
 
 def measures_committed_config(record: dict[str, Any], reward: Any) -> bool:
-    """A full variant measured the committed config when its overrides change nothing in it now
-    and the saved model's pooling and max_length are the config's."""
+    """A full variant measured the committed config when it ran with the config's settings: those it
+    recorded, or (rows from before settings were recorded) overrides that change nothing in the
+    config now, the knobs added later at their old defaults, and the config's pooling and max_length."""
     if record["phase"] != "full":
         return False
+    if "reward_config" in record:
+        return record["reward_config"] == {key: getattr(reward, key) for key in KNOBS}
+    overridden = set()
     for item in record["overrides"]:
         key, _, value = item.removeprefix("reward.").partition("=")
         if str(getattr(reward, key)) != value:
             return False
+        overridden.add(key)
+    if any(getattr(reward, k) != old for k, old in KNOBS_ADDED_LATER.items() if k not in overridden):
+        return False
     return record["pooling"] == reward.pooling and record["max_length"] == reward.max_length
 
 

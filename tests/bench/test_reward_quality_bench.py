@@ -40,3 +40,23 @@ def test_ensembles_need_every_member_measured_with_margins():
     assert name in summarise(variants, {"train": 1, "eval": 4}, LENGTHS)["ensembles"]
     del variants[members[-1]]["eval_margins"]  # a row measured before margins were stored
     assert summarise(variants, {"train": 1, "eval": 4}, LENGTHS)["ensembles"] == {}
+
+
+def _row(overrides: list[str], **extra) -> dict:
+    return {"phase": "full", "overrides": overrides, "pooling": "answer", "max_length": 128, **extra}
+
+
+def test_a_row_measures_the_committed_config_only_if_it_ran_its_settings():
+    from alignflow.config import load_config
+    from bench.reward_quality_bench import CONFIG, measures_committed_config, reward_settings
+
+    reward = load_config(CONFIG, []).reward
+    assert measures_committed_config(_row([], reward_config=reward_settings()), reward)
+    changed = reward_settings(["reward.learning_rate=0.0002"])
+    assert not measures_committed_config(_row([], reward_config=changed), reward)
+    # rows from before settings were recorded: the knobs added since ran at their old defaults
+    stated = [f"reward.noisy_pair_fraction={reward.noisy_pair_fraction}"]
+    assert measures_committed_config(_row(stated), reward)
+    silent = measures_committed_config(_row([]), reward)
+    assert silent == (reward.noisy_pair_fraction == 0.0)
+    assert not measures_committed_config(_row(stated, pooling="mean"), reward)
