@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from alignflow.models.reward_scorer import classifier_parts, encode_reward_input, span_mask
+from alignflow.models.reward_scorer import classifier_parts, encode_reward_input, padded_span_mask
 
 PROBE_L2 = 1.0  # per standardised feature; the frozen-probe bench found 0.3-3 alike
 PROBE_FOLDS = 5
@@ -56,20 +56,19 @@ def answer_layer_means(
     ]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     out: list[np.ndarray | None] = [None] * len(encoded)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(body.parameters()).device
     for start in range(0, len(order), PROBE_BATCH):
         index = order[start : start + PROBE_BATCH]
-        width = max(len(encoded[i][0]) for i in index)
-        ids = torch.full((len(index), width), pad, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        for row, i in enumerate(index):
-            ids[row, : len(encoded[i][0])] = torch.tensor(encoded[i][0])
-            attention[row, : len(encoded[i][0])] = 1
-        device = next(body.parameters()).device
+        rows = [encoded[i][0] for i in index]
+        batch = tokenizer.pad({"input_ids": rows}, return_tensors="pt")
+        attention = batch["attention_mask"]
+        answer = padded_span_mask(tokenizer, rows, [encoded[i][1] for i in index], attention.shape[1])
         states = body(
-            input_ids=ids.to(device), attention_mask=attention.to(device), output_hidden_states=True
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=attention.to(device),
+            output_hidden_states=True,
         ).hidden_states
-        mask = (span_mask([encoded[i][1] for i in index], width) * attention).unsqueeze(-1).to(device)
+        mask = (answer * attention).unsqueeze(-1).to(device)
         pooled = torch.cat([(h.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0) for h in states], dim=-1)
         for row, i in enumerate(index):
             out[i] = pooled[row].cpu().numpy()
