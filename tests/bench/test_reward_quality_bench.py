@@ -59,4 +59,8 @@ def test_a_row_measures_the_committed_config_only_if_it_ran_its_settings():
     assert measures_committed_config(_row(stated), reward)
     silent = measures_committed_config(_row([]), reward)
     assert silent == (reward.noisy_pair_fraction == 0.0)
+    # a config that turns on a knob the old rows did not have is not credited to them
+    filtered = load_config(CONFIG, ["reward.noisy_pair_fraction=0.1"]).reward
+    assert not measures_committed_config(_row([]), filtered)
+    assert measures_committed_config(_row(["reward.noisy_pair_fraction=0.1"]), filtered)
     assert not measures_committed_config(_row(stated, pooling="mean"), reward)
