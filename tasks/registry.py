@@ -28,7 +28,8 @@ def register_models(
     upstream: str = "",
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Log each model (transformers flavour) and register it; new versions become ``challenger``."""
+    """Log each model (policy: transformers flavour, reward: alignflow's reward pyfunc) and
+    register it; new versions become ``challenger``."""
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
 

@@ -1,4 +1,9 @@
-"""Logging models with MLflow's transformers flavour and managing registry aliases.
+"""Logging models to MLflow and managing registry aliases.
+
+Policies are logged with MLflow's transformers flavour (a text-generation pipeline). Reward
+models are logged as alignflow's reward pyfunc (:mod:`alignflow.registry.reward_pyfunc`):
+the transformers pipeline would ignore their pooling and normalisation. A quantized LoRA
+classifier (an adapter with no ``config.json`` of its own) keeps the transformers flavour.
 
 Registered names follow ``<project>-policy`` and ``<project>-reward``. Only aliases are
 used (``challenger`` for the newest candidate, ``champion`` for the one to serve); stages
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +28,7 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from alignflow.logs import logger_level
+from alignflow.registry import reward_pyfunc
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
@@ -106,7 +113,7 @@ def log_model(
     name: str = "model",
     tags: Mapping[str, Any] | None = None,
 ) -> LoggedVersion | None:
-    """Log a saved model directory to the active run with the transformers flavour.
+    """Log a saved model directory to the active run (reward pyfunc or transformers flavour).
 
     A PEFT adapter is logged as an adapter with its base model recorded (``base_model``
     tag and model metadata), not as a merged copy of the base weights. When
@@ -127,15 +134,18 @@ def log_model(
         **({BASE_MODEL_TAG: base} if base else {}),
         **({SIDECARS_KEY: sidecars} if (sidecars := read_sidecars(model_dir)) else {}),
     }
-    # a model built offline has no hub card or licence; MLflow warns about both, every time
-    with logger_level("mlflow.transformers", logging.ERROR):
-        info = mlflow.transformers.log_model(
-            _load_components(model_dir, task),
-            name=name,
-            task=task,
-            pip_requirements=_pip_requirements(),
-            metadata=metadata,
-        )
+    if task == "text-classification" and (model_dir / "config.json").exists():
+        info = reward_pyfunc.log_reward_model(model_dir, name, metadata, _pip_requirements())
+    else:
+        # a model built offline has no hub card or licence; MLflow warns about both, every time
+        with logger_level("mlflow.transformers", logging.ERROR):
+            info = mlflow.transformers.log_model(
+                _load_components(model_dir, task),
+                name=name,
+                task=task,
+                pip_requirements=_pip_requirements(),
+                metadata=metadata,
+            )
     if registered_model_name is None:
         return None
     version_tags = {**(tags or {}), MODEL_KIND_TAG: task, **({BASE_MODEL_TAG: base} if base else {})}
@@ -186,18 +196,28 @@ def alias_version(tracking_uri: str, name: str, alias: str) -> str | None:
     return None if version is None else str(version.version)
 
 
+def version_uri(tracking_uri: str, name: str, alias_or_version: str) -> str | None:
+    """``models:/NAME/N`` or ``models:/NAME@ALIAS``; None when that alias does not exist."""
+    if alias_or_version.isdigit():
+        return f"models:/{name}/{alias_or_version}"
+    if version_by_alias(tracking_uri, name, alias_or_version) is None:
+        return None
+    return f"models:/{name}@{alias_or_version}"
+
+
 def load_components(tracking_uri: str, name: str, alias_or_version: str) -> dict[str, Any] | None:
     """Model and tokenizer of a registered version (by alias or number); None when absent.
 
     Used by evaluation to compare a challenger with the current champion.
     """
-    if alias_or_version.isdigit():
-        uri = f"models:/{name}/{alias_or_version}"
-    elif version_by_alias(tracking_uri, name, alias_or_version) is None:
+    uri = version_uri(tracking_uri, name, alias_or_version)
+    if uri is None:
         return None
-    else:
-        uri = f"models:/{name}@{alias_or_version}"
     mlflow.set_tracking_uri(tracking_uri)
+    if reward_pyfunc.is_reward_pyfunc(mlflow.models.get_model_info(uri).flavors):
+        with tempfile.TemporaryDirectory() as scratch:
+            model_dir = reward_pyfunc.download_reward_dir(uri, Path(scratch))
+            return _load_components(model_dir, "text-classification")
     return mlflow.transformers.load_model(uri, return_type="components")
 
 
@@ -205,18 +225,21 @@ def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst:
     """A local directory with the saved weights + tokenizer of a registered version, or None.
 
     Stages that take model *paths* (TRL's trainers, the reward scorer) load from here; the
-    sidecar files logged with the model (a reward model's normalisation and pooling) come back
+    sidecar files saved with the model (a reward model's normalisation and pooling) come back
     beside the weights.
     """
-    components = load_components(tracking_uri, name, alias_or_version)
-    if components is None:
+    uri = version_uri(tracking_uri, name, alias_or_version)
+    if uri is None:
         return None
+    mlflow.set_tracking_uri(tracking_uri)
     dst = Path(dst)
+    info = mlflow.models.get_model_info(uri)
+    if reward_pyfunc.is_reward_pyfunc(info.flavors):
+        return reward_pyfunc.download_reward_dir(uri, dst)
+    components = mlflow.transformers.load_model(uri, return_type="components")
     dst.mkdir(parents=True, exist_ok=True)
     components["model"].save_pretrained(dst, safe_serialization=True)
     components["tokenizer"].save_pretrained(dst)
-    sep = "/" if alias_or_version.isdigit() else "@"
-    info = mlflow.models.get_model_info(f"models:/{name}{sep}{alias_or_version}")
     for filename, content in ((info.metadata or {}).get(SIDECARS_KEY) or {}).items():
         (dst / filename).write_text(json.dumps(content, indent=2), encoding="utf-8")
     return dst
