@@ -214,11 +214,12 @@ def load_components(tracking_uri: str, name: str, alias_or_version: str) -> dict
     if uri is None:
         return None
     mlflow.set_tracking_uri(tracking_uri)
-    if reward_pyfunc.is_reward_pyfunc(mlflow.models.get_model_info(uri).flavors):
-        with tempfile.TemporaryDirectory() as scratch:
-            model_dir = reward_pyfunc.download_reward_dir(uri, Path(scratch))
-            return _load_components(model_dir, "text-classification")
-    return mlflow.transformers.load_model(uri, return_type="components")
+    reward_path = reward_pyfunc.reward_artifact_path(mlflow.models.get_model_info(uri).flavors)
+    if reward_path is None:
+        return mlflow.transformers.load_model(uri, return_type="components")
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = reward_pyfunc.download_reward_dir(uri, reward_path, Path(scratch) / "model")
+        return _load_components(model_dir, "text-classification")
 
 
 def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst: str | Path) -> Path | None:
@@ -234,8 +235,8 @@ def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst:
     mlflow.set_tracking_uri(tracking_uri)
     dst = Path(dst)
     info = mlflow.models.get_model_info(uri)
-    if reward_pyfunc.is_reward_pyfunc(info.flavors):
-        return reward_pyfunc.download_reward_dir(uri, dst)
+    if (reward_path := reward_pyfunc.reward_artifact_path(info.flavors)) is not None:
+        return reward_pyfunc.download_reward_dir(uri, reward_path, dst)
     components = mlflow.transformers.load_model(uri, return_type="components")
     dst.mkdir(parents=True, exist_ok=True)
     components["model"].save_pretrained(dst, safe_serialization=True)

@@ -8,22 +8,21 @@ reward stage saved beside the weights. Registered reward models are therefore lo
 
 Input: a DataFrame with ``prompt`` and ``response`` text columns (a prompt or response that
 is a JSON list of ``{role, content}`` messages is read as a conversation). Output: a
-DataFrame with one ``reward`` column. Param ``normalize`` (default true) applies the saved
+DataFrame with one ``reward`` column (the signature makes MLflow reject input that lacks a
+column, naming it). Param ``normalize`` (default true) applies the saved
 mean/std; false gives the raw head output.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import pandas as pd
-from mlflow.models import Model, ModelSignature
-from mlflow.models.model import MLMODEL_FILE_NAME
+from mlflow.models import ModelSignature
 from mlflow.pyfunc import PythonModel
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
@@ -61,9 +60,6 @@ class RewardModel(PythonModel):
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
     ) -> pd.DataFrame:
-        missing = [c for c in INPUT_COLUMNS if c not in model_input.columns]
-        if missing:
-            raise ValueError(f"reward model input lacks column(s) {missing}; it needs {list(INPUT_COLUMNS)}")
         prompts = [as_conversation(p) for p in model_input["prompt"]]
         responses = [as_conversation(r) for r in model_input["response"]]
         normalize = bool((params or {}).get("normalize", True))
@@ -90,20 +86,27 @@ def log_reward_model(
     )
 
 
-def download_reward_dir(model_uri: str, dst: Path) -> Path:
-    """The saved reward model directory inside a logged :class:`RewardModel`, copied to ``dst``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=scratch))
-        artifacts = Model.load(local / MLMODEL_FILE_NAME).flavors["python_function"].get("artifacts", {})
-        source = local / artifacts.get(ARTIFACT, {}).get("path", f"artifacts/{ARTIFACT}")
-        if not (source / "config.json").exists():
-            raise FileNotFoundError(f"{model_uri}: no saved reward model in its {ARTIFACT!r} artifact")
-        dst.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, dst, dirs_exist_ok=True)
+def reward_artifact_path(flavors: dict[str, Any]) -> str | None:
+    """Where a logged :class:`RewardModel` keeps the saved reward directory (from its MLmodel
+    flavours); None for any other model."""
+    if "transformers" in flavors:
+        return None
+    artifacts = (flavors.get("python_function") or {}).get("artifacts") or {}
+    return (artifacts.get(ARTIFACT) or {}).get("path")
+
+
+def download_reward_dir(model_uri: str, artifact_path: str, dst: Path) -> Path:
+    """Only the saved reward directory of a logged :class:`RewardModel`, placed at ``dst``.
+
+    It is fetched beside ``dst`` and moved in, so a local store's weights are copied once.
+    """
+    dst.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dst.parent) as scratch:
+        local = Path(
+            mlflow.artifacts.download_artifacts(artifact_uri=f"{model_uri}/{artifact_path}", dst_path=scratch)
+        )
+        if not (local / "config.json").exists():
+            raise FileNotFoundError(f"{model_uri}: no saved reward model at {artifact_path}")
+        for item in local.iterdir():
+            item.replace(dst / item.name)
     return dst
-
-
-def is_reward_pyfunc(flavors: dict[str, Any]) -> bool:
-    """Whether a logged model's flavours are this module's pyfunc (not the transformers flavour)."""
-    python_function = flavors.get("python_function") or {}
-    return "transformers" not in flavors and python_function.get("loader_module") == "mlflow.pyfunc.model"
