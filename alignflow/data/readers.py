@@ -35,6 +35,8 @@ _SUFFIX_FORMATS = {
     ".csv": "csv",
 }
 _GZIP_MAGIC = b"\x1f\x8b"
+# Excel and Windows tools start UTF-8 text files with a byte-order mark; it is not part of the data
+_UTF8_BOM = b"\xef\xbb\xbf"
 _SPLIT_ALIASES = {
     "train": "train",
     "training": "train",
@@ -91,7 +93,7 @@ def _sniff(path: Path) -> str:
         raise FormatError(f"{path}: cannot read to detect its format: {exc}") from exc
     if head.startswith(b"PAR1"):
         return "parquet"
-    stripped = head.lstrip()
+    stripped = without_bom(head).lstrip()
     if stripped.startswith(b"["):
         return "json"
     if stripped.startswith(b"{"):
@@ -101,6 +103,16 @@ def _sniff(path: Path) -> str:
 
 def _open_binary(path: Path):
     return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
+
+
+def without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte-order mark."""
+    return data[len(_UTF8_BOM) :] if data.startswith(_UTF8_BOM) else data
+
+
+def _read_text(file: Path) -> str:
+    with _open_binary(file) as fh:
+        return without_bom(fh.read()).decode("utf-8", errors="surrogateescape")
 
 
 def split_hint(path: Path) -> str | None:
@@ -204,15 +216,14 @@ def _read_jsonl(file: Path, split: str | None) -> Iterator[RawRow]:
     name = str(file)
     with _open_binary(file) as fh:
         for number, raw in enumerate(fh, start=1):
+            raw = without_bom(raw) if number == 1 else raw
             if raw.strip():
                 yield _decode_json_line(name, number, raw, split)
 
 
 def _read_json(file: Path, split: str | None) -> Iterator[RawRow]:
     name = str(file)
-    with _open_binary(file) as fh:
-        text = fh.read().decode("utf-8", errors="surrogateescape")
-    data = json.loads(text)
+    data = json.loads(_read_text(file))
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
@@ -241,9 +252,7 @@ def _read_json(file: Path, split: str | None) -> Iterator[RawRow]:
 
 def _read_csv(file: Path, split: str | None) -> Iterator[RawRow]:
     name = str(file)
-    with _open_binary(file) as fh:
-        text = fh.read().decode("utf-8", errors="surrogateescape")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(_read_text(file), newline=""))
     for number, row in enumerate(reader, start=1):
         if None in row:  # more cells than header columns
             yield RawRow(
@@ -395,7 +404,7 @@ def _read_jsonl_blocks(file: Path, split: str | None) -> Iterator[Any]:
     with _open_binary(file) as fh:
         while True:
             data, error = _read_some(fh, BLOCK_BYTES)
-            buffer = carry + data
+            buffer = carry + data if first_line > 1 or carry else without_bom(data)
             at_end = not data and error is None
             cut = len(buffer) if at_end else buffer.rfind(b"\n") + 1
             if error is not None:  # as line iteration does: the unfinished last line is lost

@@ -54,6 +54,25 @@ def test_format_is_detected_and_can_be_overridden(tmp_path):
     assert len(list(read_rows(tmp_path / "data.txt", fmt="csv"))) == 4
 
 
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_row(tmp_path):
+    """Excel's "CSV UTF-8" and many Windows tools start files with a BOM (and end lines with CRLF)."""
+    write_all_formats(tmp_path)
+    bom = b"\xef\xbb\xbf"
+    for name in ("a.jsonl", "a.json", "a.csv"):
+        crlf = (tmp_path / name).read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+        (tmp_path / f"bom-{name}").write_bytes(bom + crlf)
+    (tmp_path / "bom-noext").write_bytes(bom + (tmp_path / "a.jsonl").read_bytes())
+    (tmp_path / "bom-a.jsonl.gz").write_bytes(gzip.compress(bom + (tmp_path / "a.jsonl").read_bytes()))
+    expected = [normalize_row(r) for r in ROWS]
+    for name in ("bom-a.jsonl", "bom-a.json", "bom-a.csv", "bom-noext", "bom-a.jsonl.gz"):
+        rows = list(read_rows(tmp_path / name))  # row by row
+        assert [r.issue for r in rows] == [None] * 4, name
+        assert [normalize_row(r.data) for r in rows] == expected, name
+        validated = validate_paths(tmp_path / name)  # bulk (block) reading
+        assert [e.record for e in validated.kept] == expected, name
+        assert validated.report["input_rows"] == 4 and not validated.issues, name
+
+
 def test_hh_transcripts_split_at_the_last_assistant_turn():
     chosen = "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: joke?\n\nAssistant: Knock knock."
     rejected = "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: joke?\n\nAssistant: No."
