@@ -5,6 +5,9 @@ Shapes (detected per row, after the column mapping is applied):
 - pairwise ``prompt``/``chosen``/``rejected`` (text or chat-message lists);
 - implicit-prompt pairs: ``chosen``/``rejected`` only. Text transcripts (HH-RLHF) are split
   at the last ``"\\n\\nAssistant:"``; message lists at their longest shared prefix;
+- a text ``prompt`` beside message-list ``chosen``/``rejected`` (UltraFeedback-binarized):
+  whole dialogues are split at their shared prefix, which must hold the prompt as a user
+  turn; assistant-only lists get the prompt as their user turn;
 - labelled pairs ``prompt``/``response_a``/``response_b``/``preferred`` (the mapping
   ``input``/``output_1``/``output_2``/``label`` is applied by default);
 - scored feedback ``prompt``/``response`` (or ``completion``)/``score``;
@@ -124,6 +127,8 @@ def _pair(row: dict[str, Any]) -> dict[str, Any]:
     prompt = row.get("prompt")
     if prompt is None:
         prompt, chosen, rejected = split_implicit_prompt(chosen, rejected)
+    elif isinstance(prompt, str) and isinstance(chosen, list) and isinstance(rejected, list):
+        prompt, chosen, rejected = text_prompt_with_dialogues(prompt, chosen, rejected)
     record = {"kind": RecordKind.PAIR, "prompt": prompt, "chosen": chosen, "rejected": rejected}
     if row.get("margin") is not None:
         record["margin"] = _number(row, "margin")
@@ -219,6 +224,29 @@ def split_implicit_prompt(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
     raise RowError(
         Reason.MISSING_FIELD, "'prompt' is missing and chosen/rejected are not dialogues", "prompt"
     )
+
+
+def _roles(messages: list) -> set[Any]:
+    return {m.get("role") for m in messages if isinstance(m, dict)}
+
+
+def text_prompt_with_dialogues(prompt: str, chosen: list, rejected: list) -> tuple[list, list, list]:
+    """A text prompt with message-list answers, as one chat record.
+
+    Datasets such as UltraFeedback-binarized repeat the prompt as the first turn of both whole
+    dialogues: the dialogues' shared turns become the prompt, once the text prompt is found among
+    their user turns (so a prompt column that belongs to another row is not silently replaced).
+    Answers given as assistant turns alone get the text prompt as their user turn.
+    """
+    if _roles(chosen) | _roles(rejected) <= {"assistant"}:
+        return [{"role": "user", "content": prompt}], chosen, rejected
+    shared, chosen, rejected = split_implicit_prompt(chosen, rejected)
+    user_turns = [m.get("content") for m in shared if isinstance(m, dict) and m.get("role") == "user"]
+    if not any(isinstance(t, str) and t.strip() == prompt.strip() for t in user_turns):
+        raise RowError(
+            Reason.BAD_CHAT, "'prompt' is not a user turn of the chosen/rejected dialogues", "prompt"
+        )
+    return shared, chosen, rejected
 
 
 def split_hh_transcripts(chosen: str, rejected: str) -> tuple[str, str, str]:

@@ -92,6 +92,39 @@ def test_chat_pairs_with_implicit_prompt_keep_messages():
     assert record["prompt"] == [user] and record["chosen"] == [{"role": "assistant", "content": "hello"}]
 
 
+def test_text_prompt_beside_whole_dialogues_is_read_as_one_chat_pair(tmp_path):
+    """UltraFeedback-binarized: ``prompt`` is text, ``chosen``/``rejected`` repeat it as their first turn."""
+    def dialogue(question, answer):
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+
+    question = "Name a prime number."
+    rows = [
+        {"prompt": question, "chosen": dialogue(question, "7"), "rejected": dialogue(question, "8")},
+        # answers as assistant turns only: the text prompt becomes their user turn
+        {
+            "prompt": question,
+            "chosen": [{"role": "assistant", "content": "11"}],
+            "rejected": [{"role": "assistant", "content": "12"}],
+        },
+        # the prompt column belongs to another conversation: not silently replaced
+        {"prompt": "Name a colour.", "chosen": dialogue(question, "7"), "rejected": dialogue(question, "9")},
+    ]
+    first, second = normalize_row(rows[0]), normalize_row(rows[1])
+    assert first["prompt"] == [{"role": "user", "content": question}]
+    assert first["chosen"] == [{"role": "assistant", "content": "7"}]
+    assert first["rejected"] == [{"role": "assistant", "content": "8"}]
+    assert second["prompt"] == first["prompt"] and second["chosen"][0]["content"] == "11"
+    with pytest.raises(RowError, match="not a user turn") as caught:
+        normalize_row(rows[2])
+    assert caught.value.field == "prompt"
+
+    path = tmp_path / "ultrafeedback.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    validated = validate_paths(path)
+    assert [e.record["chosen"][0]["content"] for e in validated.kept] == ["7", "11"]
+    assert [(i.row, i.code.value, i.field) for i in validated.issues] == [(3, "bad_chat_structure", "prompt")]
+
+
 def test_labelled_pairs_via_default_and_custom_mapping():
     row = {"input": "q", "output_1": "a", "output_2": "b", "label": 2}
     assert (normalize_row(row)["chosen"], normalize_row(row)["rejected"]) == ("b", "a")
