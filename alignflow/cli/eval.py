@@ -31,7 +31,7 @@ SHOWN_EXAMPLES = 3  # per quarantine reason on the console; report.json lists ev
 EXIT_HELP = (
     "Exit codes: 0 evaluated (quarantined rows are counted in the report), "
     "1 nothing to evaluate (every row bad or none of the needed kind), "
-    "2 usage error (bad option, unreadable file, model not found)."
+    "2 usage error (bad option, unreadable file, model not found or not the kind asked for)."
 )
 MODEL_HELP = "a saved model folder, or models:/NAME@ALIAS (or models:/NAME/VERSION) from the registry"
 DATA_HELP = "benchmark file or folder: JSONL, JSON, Parquet, CSV, gzip of these, a datasets dir"
@@ -84,6 +84,16 @@ def _resolve(ref: str, uri: str, work_dir: str):
     try:
         return resolve_model(ref, uri, work_dir)
     except (FileNotFoundError, ValueError) as exc:
+        raise _fail(EXIT_USAGE, str(exc)) from None
+
+
+def _load(loader, *args, **kwargs):
+    """A model loaded by ``loader``, or exit 2 naming the folder that is not the model asked for."""
+    from alignflow.models.loading import ModelLoadError
+
+    try:
+        return loader(*args, **kwargs)
+    except ModelLoadError as exc:
         raise _fail(EXIT_USAGE, str(exc)) from None
 
 
@@ -226,7 +236,7 @@ def reward(
 
     with tempfile.TemporaryDirectory(prefix="alignflow-eval-") as work:
         resolved = _resolve(model, uri, work)
-        scorer = load_reward_scorer(resolved.path, normalize=False, batch_size=batch_size)
+        scorer = _load(load_reward_scorer, resolved.path, normalize=False, batch_size=batch_size)
         report = evaluate_reward_benchmark(scorer, bench, subset_column)
         report |= {"model": resolved.as_dict(), "exit_code": EXIT_OK}
         _print_rows(report["rows"])
@@ -296,11 +306,11 @@ def policy(
         resolved = _resolve(model, uri, work)
         opponent = _resolve(against, uri, work) if against else None
         judge_model = _resolve(reward_model, uri, work) if reward_model else None
-        scorer = load_reward_scorer(judge_model.path, normalize=False) if judge_model else None
+        scorer = _load(load_reward_scorer, judge_model.path, normalize=False) if judge_model else None
         names = judge or (["answer", "reward"] if scorer is not None else ["answer"])
         run = PolicyRun(
-            policy=load_causal_lm(resolved.path),
-            against=load_causal_lm(opponent.path) if opponent else None,
+            policy=_load(load_causal_lm, resolved.path),
+            against=_load(load_causal_lm, opponent.path) if opponent else None,
             judges=_judges(names, scorer, cfg.evaluation.tie_margin),
             scorer=scorer,
             config=cfg.evaluation,

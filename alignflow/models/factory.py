@@ -17,12 +17,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
-    AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
 
+from alignflow.models.loading import CLASSIFIER_ARCHITECTURES, load_pretrained, load_tokenizer
 from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
@@ -92,14 +92,20 @@ def init_tiny_model(tokenizer: Any, output_dir: str | Path, spec: ModelSpec | No
 
 
 def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
-    """Load a saved causal LM and its tokenizer (safetensors only, never pickles)."""
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    """Load a saved causal LM and its tokenizer (safetensors only, never pickles).
+
+    A folder that is not a whole causal LM (a reward model, broken weights) raises
+    :class:`~alignflow.models.loading.ModelLoadError` rather than loading with a random head.
+    """
+    tokenizer = load_tokenizer(path)
     if (Path(path) / "adapter_config.json").exists():  # a PEFT adapter saved by a (Q)LoRA stage
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
         return model, tokenizer
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+    model = load_pretrained(
+        AutoModelForCausalLM, path, "causal LM", CLASSIFIER_ARCHITECTURES, dtype=dtype, use_safetensors=True
+    )
     return model, tokenizer
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSequenceClassification
 
+from alignflow.models.loading import ModelLoadError, load_pretrained, load_tokenizer
 from alignflow.models.prompting import Prompt, completion_text, format_prompt
 
 REWARD_META = "alignflow_reward.json"
@@ -53,7 +54,10 @@ class RewardMeta:
         path = Path(model_dir) / REWARD_META
         if not path.exists():
             return cls()
-        return cls(**json.loads(path.read_text(encoding="utf-8")))
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError) as exc:  # invalid JSON, unknown or missing fields
+            raise ModelLoadError(f"{path}: not a reward-model description: {exc}") from exc
 
 
 def reward_text(tokenizer: Any, prompt: Prompt, completion: str | list[dict[str, str]]) -> str:
@@ -254,8 +258,15 @@ def load_reward_scorer(
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a saved reward model (no config.json)")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True)
+    meta = RewardMeta.load(path)
+    tokenizer = load_tokenizer(path)
+    model = load_pretrained(AutoModelForSequenceClassification, path, "reward model", use_safetensors=True)
+    if model.config.num_labels != len(meta.weights):
+        raise ModelLoadError(
+            f"{path}: the classifier has {model.config.num_labels} outputs but the reward model "
+            f"combines {len(meta.weights)} objective(s) ({REWARD_META} "
+            f"{'lists' if (path / REWARD_META).exists() else 'is absent, so one is expected'})"
+        )
     if device is not None:
         model = model.to(device)
-    return RewardScorer(model, tokenizer, RewardMeta.load(path), normalize=normalize, batch_size=batch_size)
+    return RewardScorer(model, tokenizer, meta, normalize=normalize, batch_size=batch_size)

@@ -133,6 +133,15 @@ def test_usage_errors_exit_2(reward_model_dir, tmp_path):
     )
 
 
+def test_a_policy_given_as_the_reward_model_exits_2_naming_it(tiny_model_dir, tmp_path):
+    """A causal LM would load as a classifier with a random head and score noise: refused instead."""
+    data = _bad_rows_file(tmp_path / "mixed.jsonl")
+    result = _invoke("--model", str(tiny_model_dir), "--data", str(data), "--output", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert "not a reward model" in result.output and "score.weight" in result.output
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
 def test_column_mapping_reaches_the_reader(reward_model_dir, tmp_path):
     data, out = tmp_path / "mapped.jsonl", tmp_path / "out"
     rows = [{"question": f"q{i}?", "good": f"good answer {i}", "bad": f"bad {i}"} for i in range(4)]

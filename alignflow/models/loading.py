@@ -1,0 +1,81 @@
+"""Load a saved model folder as the kind of model a caller needs, or say why it is not one.
+
+``from_pretrained`` is lenient where a pipeline must not be: given a policy folder, the
+sequence-classification class builds a classifier with a freshly initialised head; given a
+reward-model folder, the causal-LM class builds a language-model head from nothing. Both
+"load" and then score or generate noise. Here every weight the class expects must come
+from the folder, and any failure (unreadable weights, unknown architecture, head-count
+mismatch) is a :class:`ModelLoadError` naming the folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SHOWN_KEYS = 3
+# what the reward stage saves: never a policy, even where its weights would load as one
+CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification",)
+
+
+class ModelLoadError(ValueError):
+    """A model folder that exists but cannot be used as the kind of model asked for."""
+
+
+def load_pretrained(
+    auto_class: Any, path: str | Path, kind: str, refuse: tuple[str, ...] = (), **kwargs: Any
+) -> Any:
+    """``auto_class.from_pretrained(path)`` with every expected weight present in the folder.
+
+    ``kind`` names what the caller needs ("reward model", "causal LM") in the error message;
+    ``refuse``: architecture-name endings (config.json) that are never that kind, for models
+    whose missing weights cannot tell (a causal LM with tied embeddings has no LM head of its own).
+    """
+    refused = refused_architecture(path, refuse)
+    if refused:
+        raise ModelLoadError(f"{path}: not a {kind}: the folder holds a {refused} checkpoint")
+    try:
+        model, info = auto_class.from_pretrained(path, output_loading_info=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - broken files, unknown architectures: one clear error
+        raise ModelLoadError(f"{path}: cannot load as a {kind}: {type(exc).__name__}: {exc}") from exc
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        more = len(missing) - SHOWN_KEYS
+        shown = ", ".join(missing[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
+        raise ModelLoadError(
+            f"{path}: not a {kind}: {type(model).__name__} would start {len(missing)} weights untrained "
+            f"({shown}); the folder holds a {architectures(model.config)} checkpoint"
+        )
+    return model
+
+
+def refused_architecture(path: str | Path, refuse: tuple[str, ...]) -> str | None:
+    """The folder's architecture when every one its config.json names ends with a refused suffix."""
+    import json
+
+    config = Path(path) / "config.json"
+    if not refuse or not config.exists():
+        return None
+    try:
+        names = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    except (ValueError, AttributeError):
+        return None  # from_pretrained reports a broken config.json
+    if names and all(str(n).endswith(refuse) for n in names):
+        return "/".join(names)
+    return None
+
+
+def architectures(config: Any) -> str:
+    """The architecture(s) a folder's config.json names, for error messages."""
+    names = getattr(config, "architectures", None) or [getattr(config, "model_type", "unknown")]
+    return "/".join(names)
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The folder's tokenizer, or a :class:`ModelLoadError` naming the folder."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - missing or broken tokenizer files
+        raise ModelLoadError(f"{path}: cannot load its tokenizer: {type(exc).__name__}: {exc}") from exc

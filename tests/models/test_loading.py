@@ -1,0 +1,87 @@
+"""Loading a folder as the kind of model asked for: the wrong kind or broken files are refused
+with the folder named, never loaded with a freshly initialised head."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from alignflow.models import load_causal_lm
+from alignflow.models.loading import ModelLoadError
+from alignflow.models.reward_scorer import REWARD_META, load_reward_scorer
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_the_right_kinds_load(tiny_model_dir, reward_model_dir):
+    model, _ = load_causal_lm(tiny_model_dir)
+    scorer = load_reward_scorer(reward_model_dir)
+    assert model.config.architectures == ["LlamaForCausalLM"]
+    assert len(scorer(["a prompt"], ["an answer"])) == 1
+
+
+def test_a_policy_is_not_a_reward_model(tiny_model_dir):
+    with pytest.raises(ModelLoadError, match="not a reward model") as caught:
+        load_reward_scorer(tiny_model_dir)
+    message = str(caught.value)
+    assert str(tiny_model_dir) in message and "score.weight" in message and "LlamaForCausalLM" in message
+
+
+def test_a_reward_model_is_not_a_causal_lm(reward_model_dir):
+    """The tiny Llama ties its LM head to the embeddings, so only config.json can tell."""
+    with pytest.raises(ModelLoadError, match="not a causal LM") as caught:
+        load_causal_lm(reward_model_dir)
+    assert str(reward_model_dir) in str(caught.value)
+    assert "LlamaForSequenceClassification" in str(caught.value)
+
+
+def test_weights_the_folder_lacks_are_refused_even_without_an_architecture_name(tmp_path):
+    """A BERT-style classifier has no LM head to tie: loading it as a causal LM would invent one."""
+    from alignflow.models import minilm_path
+
+    folder = tmp_path / "encoder-classifier"
+    AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=1).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("architectures")
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="not a causal LM: BertLMHeadModel would start") as caught:
+        load_causal_lm(folder)
+    assert "cls.predictions" in str(caught.value)
+
+
+def test_broken_weights_are_named(reward_model_dir, tmp_path):
+    broken = _copy(reward_model_dir, tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(ModelLoadError, match="cannot load as a reward model") as caught:
+        load_reward_scorer(broken)
+    assert str(broken) in str(caught.value)
+
+
+def test_outputs_must_match_the_objectives(tiny_model_dir, tmp_path):
+    two = tmp_path / "two-outputs"
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    with torch.no_grad():
+        model.score.weight.normal_()  # a trained-looking head: every weight saved
+    model.save_pretrained(two)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(two)
+    with pytest.raises(ModelLoadError, match="2 outputs but the reward model combines 1 objective"):
+        load_reward_scorer(two)
+    (two / REWARD_META).write_text(json.dumps({"objectives": ["a", "b"], "weights": [1.0, 1.0]}))
+    assert len(load_reward_scorer(two)(["p"], ["c"])) == 1
+
+
+def test_a_broken_reward_description_is_named(reward_model_dir, tmp_path):
+    broken = _copy(reward_model_dir, tmp_path / "meta")
+    for text in ("{not json", json.dumps({"pooling": "answer", "temperature": 2})):
+        (broken / REWARD_META).write_text(text)
+        with pytest.raises(ModelLoadError, match=REWARD_META):
+            load_reward_scorer(broken)
