@@ -144,14 +144,12 @@ def _labelled(row: dict[str, Any]) -> dict[str, Any]:
         chosen, rejected = b, a
     else:
         raise RowError(
-            Reason.BAD_LABEL, f"preference {preferred!r} names neither response (1/2, a/b)", "preferred"
+            Reason.BAD_LABEL,
+            f"preference {preferred!r} names neither response (1/2, a/b; a tie prefers none)",
+            "preferred",
         )
-    return {
-        "kind": RecordKind.PAIR,
-        "prompt": _required(row, "prompt"),
-        "chosen": chosen,
-        "rejected": rejected,
-    }
+    # the two responses may be whole dialogues (Chatbot Arena): read them as a pair would be
+    return _pair({"prompt": row.get("prompt"), "chosen": chosen, "rejected": rejected})
 
 
 def _scored(row: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +250,12 @@ def text_prompt_with_dialogues(prompt: str, chosen: list, rejected: list) -> tup
 def split_hh_transcripts(chosen: str, rejected: str) -> tuple[str, str, str]:
     """HH-RLHF: the prompt runs up to and including the last ``"\\n\\nAssistant:"`` of each side."""
     cut_c, cut_r = chosen.rfind(HH_ASSISTANT), rejected.rfind(HH_ASSISTANT)
+    if cut_c < 0 and cut_r < 0:  # plain answers, not transcripts: the prompt column is what is missing
+        raise RowError(
+            Reason.MISSING_FIELD,
+            "'prompt' is missing and chosen/rejected are not HH-RLHF transcripts to take it from",
+            "prompt",
+        )
     if cut_c < 0 or cut_r < 0:
         raise RowError(Reason.HH_UNSPLITTABLE, "no '\\n\\nAssistant:' turn to split the prompt at", "prompt")
     end_c, end_r = cut_c + len(HH_ASSISTANT), cut_r + len(HH_ASSISTANT)

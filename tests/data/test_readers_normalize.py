@@ -94,6 +94,7 @@ def test_chat_pairs_with_implicit_prompt_keep_messages():
 
 def test_text_prompt_beside_whole_dialogues_is_read_as_one_chat_pair(tmp_path):
     """UltraFeedback-binarized: ``prompt`` is text, ``chosen``/``rejected`` repeat it as their first turn."""
+
     def dialogue(question, answer):
         return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
 
@@ -134,6 +135,27 @@ def test_labelled_pairs_via_default_and_custom_mapping():
     with pytest.raises(RowError) as info:
         normalize_row({**row, "label": "tie"})
     assert info.value.code == "bad_label"
+
+
+def test_labelled_whole_dialogues_take_their_prompt_from_the_shared_turns():
+    """Chatbot Arena: two whole conversations and a winner, no prompt column."""
+
+    def conversation(answer):
+        return [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": answer}]
+
+    mapping = {"conversation_a": "response_a", "conversation_b": "response_b", "winner": "preferred"}
+    row = {
+        "conversation_a": conversation("Hello!"),
+        "conversation_b": conversation("Go away."),
+        "winner": "model_b",
+    }
+    record = normalize_row(row, mapping)
+    assert record["prompt"] == [{"role": "user", "content": "Hi?"}]
+    assert record["chosen"] == [{"role": "assistant", "content": "Go away."}]
+    assert record["rejected"] == [{"role": "assistant", "content": "Hello!"}]
+    with pytest.raises(RowError, match="'prompt' is missing") as info:  # plain answers need a prompt
+        normalize_row({"response_a": "x", "response_b": "y", "preferred": "a"})
+    assert (info.value.code, info.value.field) == ("missing_field", "prompt")
 
 
 def test_scored_unpaired_and_prompt_only_shapes_and_metadata():
