@@ -131,7 +131,10 @@ def _pair(row: dict[str, Any]) -> dict[str, Any]:
         prompt, chosen, rejected = text_prompt_with_dialogues(prompt, chosen, rejected)
     record = {"kind": RecordKind.PAIR, "prompt": prompt, "chosen": chosen, "rejected": rejected}
     if row.get("margin") is not None:
-        record["margin"] = _number(row, "margin")
+        margin = _number(row, "margin")
+        if not math.isfinite(margin):  # one such margin turns the whole batch's loss into NaN
+            raise RowError(Reason.SCORE_INVALID, f"margin {margin} is not a finite number", "margin")
+        record["margin"] = margin
     return record
 
 

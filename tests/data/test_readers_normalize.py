@@ -158,6 +158,23 @@ def test_labelled_whole_dialogues_take_their_prompt_from_the_shared_turns():
     assert (info.value.code, info.value.field) == ("missing_field", "prompt")
 
 
+def test_a_margin_must_be_a_finite_number(tmp_path):
+    """JSON parsers accept NaN, Infinity and 1e400; one such margin makes the batch's loss NaN."""
+    lines = [
+        '{"prompt": "p1", "chosen": "a", "rejected": "b", "margin": 1e400}',
+        '{"prompt": "p2", "chosen": "a", "rejected": "b", "margin": NaN}',
+        '{"prompt": "p3", "chosen": "a", "rejected": "b", "margin": "-Infinity"}',
+        '{"prompt": "p4", "chosen": "a", "rejected": "b", "margin": 2.5}',
+    ]
+    path = tmp_path / "margins.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    validated = validate_paths(path)
+    assert [e.record["margin"] for e in validated.kept] == [2.5]
+    assert [(i.row, i.code.value, i.field) for i in validated.issues] == [
+        (row, "score_invalid", "margin") for row in (1, 2, 3)
+    ]
+
+
 def test_scored_unpaired_and_prompt_only_shapes_and_metadata():
     scored = normalize_row({"prompt": "q", "response": "r", "score": 0.3, "agent_id": "bot", "run_id": 7})
     assert scored["kind"] == "scored" and scored["completion"] == "r"
