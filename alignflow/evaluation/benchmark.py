@@ -14,6 +14,7 @@ registry shows how each version did on each benchmark.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -235,6 +236,7 @@ def pair_figures(scored: ScoredPairs) -> dict[str, Any]:
     right = sum(c > r for c, r in zip(scored.chosen, scored.rejected, strict=True))
     return {
         "pairs": calibration.n_pairs,
+        "nonfinite_rewards": sum(not math.isfinite(x) for x in [*scored.chosen, *scored.rejected]),
         "accuracy": wilson(right, calibration.n_pairs).as_dict(),
         "ece": calibration.ece,
         "margin_mean": calibration.margin_mean,
@@ -288,6 +290,11 @@ def evaluate_reward_benchmark(
         "subsets": None,
         "notes": [],
     }
+    if report["nonfinite_rewards"]:
+        report["notes"].append(
+            f"{report['nonfinite_rewards']} of {2 * len(pairs)} rewards are not finite (NaN/inf): "
+            "their pairs count as wrong and ECE cannot be measured"
+        )
     if subset_column:
         groups = subset_table(pairs, scored, subset_column)
         report["subsets"] = {"column": subset_column, "groups": groups}

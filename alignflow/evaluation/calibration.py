@@ -26,7 +26,8 @@ def expected_calibration_error(
     """ECE of binary predictions: bin by confidence, weight |accuracy - confidence| by bin size.
 
     ``probabilities`` are P(outcome is True). Each prediction is the likelier side, its
-    confidence ``max(p, 1 - p)``; equal-width bins over [0.5, 1].
+    confidence ``max(p, 1 - p)``; equal-width bins over [0.5, 1]. NaN when any probability is
+    NaN: such a prediction falls in no bin, and leaving it out would call a broken model calibrated.
     """
     p = np.asarray(probabilities, dtype=np.float64)
     y = np.asarray(outcomes, dtype=bool)
@@ -36,6 +37,8 @@ def expected_calibration_error(
         raise ValueError("expected_calibration_error needs at least one prediction")
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    if np.isnan(p).any():
+        return float("nan")
     predicted = p >= 0.5
     confidence = np.where(predicted, p, 1.0 - p)
     correct = predicted == y

@@ -123,3 +123,14 @@ def test_a_subset_column_no_row_has_is_noted(tmp_path):
     report = benchmark.evaluate_reward_benchmark(length_scorer, bench, subset_column="nope")
     assert list(report["subsets"]["groups"]) == [benchmark.MISSING_SUBSET]
     assert report["notes"] == ["no scored row has a value in column 'nope'"]
+
+
+def test_rewards_that_are_not_numbers_are_counted_and_noted(tmp_path):
+    def diverged(prompts, completions):
+        return [float("nan") if "long" in c else 1.0 for c in completions]
+
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "bench.jsonl", pairs_with_lengths(3, 2)))
+    report = benchmark.evaluate_reward_benchmark(diverged, bench)
+    assert report["nonfinite_rewards"] == 5 and report["accuracy"]["value"] == 0.0
+    assert report["ece"] != report["ece"]  # NaN: not measurable, never 0
+    assert any("5 of 10 rewards are not finite" in note for note in report["notes"])

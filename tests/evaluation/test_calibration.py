@@ -43,3 +43,12 @@ def test_mismatched_inputs_are_rejected():
         expected_calibration_error([0.5, 0.6], [True])
     with pytest.raises(ValueError, match="at least one"):
         pairwise_report([], [])
+
+
+def test_a_model_that_outputs_nan_is_not_called_calibrated():
+    """NaN falls in no confidence bin: left out, a diverged reward model would score ECE 0."""
+    nan = float("nan")
+    report = pairwise_report([nan, 2.0, nan], [0.0, 1.0, nan])
+    assert np.isnan(report.ece)
+    assert report.accuracy == pytest.approx(1 / 3)  # a NaN pair is not a correct ranking
+    assert np.isnan(expected_calibration_error([0.7, nan], [True, True]))

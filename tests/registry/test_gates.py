@@ -4,6 +4,8 @@ No MLflow here: metrics are built the way the pinned-set evaluation writes them
 (:func:`put_estimate`), and ``decide`` is the decision that ``promote`` would record.
 """
 
+import math
+
 import pytest
 
 from alignflow.data.demo import format_answer, make_prompt
@@ -413,3 +415,16 @@ def test_the_human_gate_decides_on_the_lower_bound_of_the_rating_gain_alone():
     assert not few.promoted and few.results[0].outcome == "insufficient_evidence"
     demanding = PromotionConfig(min_human_score_gain=0.3)
     assert not verdict(better, worse, demanding).promoted  # a gain of ~0.2 is not the 0.3 asked for
+
+
+def test_a_reward_model_that_outputs_nan_fails_the_calibration_gate():
+    from alignflow.evaluation.metrics import reward_model_metrics
+
+    nan = float("nan")
+    metrics = reward_model_metrics([nan] * 40, [nan] * 40)
+    ece = gate("reward_ece", PromotionConfig(max_reward_ece=0.2), role="reward", has_champion=False)
+    [judged] = check_gates(metrics, [ece])
+    assert not judged.passed
+    margin = math.log(3.0)  # says 0.75 and is right on 3 pairs in 4: calibrated
+    calibrated = reward_model_metrics([margin] * 30 + [0.0] * 10, [0.0] * 30 + [margin] * 10)
+    assert check_gates(calibrated, [ece])[0].passed  # the gate can pass: it is the NaN that fails it
