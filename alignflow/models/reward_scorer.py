@@ -186,6 +186,20 @@ def reward_logits(
     return head(dropout(pooled) if dropout is not None else pooled)
 
 
+def position_limit(config: Any, tokenizer: Any) -> int | None:
+    """The most tokens the model reads: its position table, or the tokenizer's stated limit if smaller.
+
+    A saved ``max_length`` beyond it would index past an absolute position table (BERT, MiniLM)
+    and crash on the first long input; RoBERTa-style tables hold two more rows than usable
+    positions, which the tokenizer's ``model_max_length`` states.
+    """
+    limits = [getattr(config, name, None) for name in ("max_position_embeddings", "n_positions")]
+    stated = getattr(tokenizer, "model_max_length", None)
+    limits.append(stated if isinstance(stated, int) and stated < 1_000_000 else None)
+    found = [int(x) for x in limits if isinstance(x, int) and x > 0]
+    return min(found) if found else None
+
+
 class RewardScorer:
     """Callable ``(prompts, completions) -> rewards`` over a saved reward model."""
 
@@ -197,6 +211,7 @@ class RewardScorer:
         self.meta = meta
         self.normalize = normalize
         self.batch_size = batch_size
+        self.max_length = min(meta.max_length, position_limit(model.config, tokenizer) or meta.max_length)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if getattr(model.config, "pad_token_id", None) is None:
@@ -214,7 +229,7 @@ class RewardScorer:
         with_span = self.meta.pooling == "answer"
         encoded, spans = [], []
         for p, c in zip(prompts, completions, strict=True):
-            ids, span = encode_reward_input(self.tokenizer, p, c, self.meta.max_length, with_span)
+            ids, span = encode_reward_input(self.tokenizer, p, c, self.max_length, with_span)
             encoded.append(ids)
             spans.append(span)
         # batches of similar length pad little; the rows go back to their order at the end

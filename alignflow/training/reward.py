@@ -37,6 +37,7 @@ from alignflow.models.reward_scorer import (
     RewardMeta,
     RewardScorer,
     encode_reward_input,
+    position_limit,
     reward_logits,
     span_mask,
 )
@@ -338,6 +339,11 @@ def run_reward(
     init = model_init_kwargs(config.model)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names), **init)
     model.config.pad_token_id = tokenizer.pad_token_id
+    limit = position_limit(model.config, tokenizer)
+    if limit is not None and stage.max_length > limit:  # would index past the position table mid-run
+        raise ValueError(
+            f"reward.max_length {stage.max_length} exceeds the {limit} positions of backbone {path}"
+        )
     freeze_lower_layers(model, stage.freeze_layers)
 
     train_pairs = load_pairs(data_dir, "train")

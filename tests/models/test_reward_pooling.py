@@ -131,3 +131,18 @@ def test_answer_pooling_without_a_span_is_refused(minilm_reward):
     ids = torch.ones(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="needs answer_mask"):
         reward_logits(model, ids, torch.ones_like(ids), "answer")
+
+
+def test_a_saved_max_length_beyond_the_position_table_is_cut_to_it(minilm_reward):
+    """MiniLM has 512 absolute positions: a meta asking for 1024 would crash on a long input."""
+    from alignflow.models.reward_scorer import RewardMeta, RewardScorer
+
+    model, tokenizer = minilm_reward
+    long_prompt, long_answer = "word " * 700, "yes " * 300
+    scorers = [
+        RewardScorer(model, tokenizer, RewardMeta(max_length=n, pooling="answer"), normalize=False)
+        for n in (1024, 512)
+    ]
+    assert scorers[0].max_length == 512 and scorers[0].meta.max_length == 1024
+    wide, at_limit = (s.raw([long_prompt, "Hi"], [long_answer, "Hello"]) for s in scorers)
+    assert wide == pytest.approx(at_limit, abs=1e-5)

@@ -120,3 +120,14 @@ def test_heads_batches_carry_each_rows_answer_span():
     assert batch["answer_mask"].tolist() == [[0, 1, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 1, 0]]
     without_spans = {k: v for k, v in rating.items() if "span" not in k}
     assert "answer_mask" not in heads_collator(pad_id=0)([without_spans])
+
+
+def test_a_max_length_beyond_the_backbones_positions_is_refused_before_training(
+    demo_config, demo_snapshot, tmp_path
+):
+    from alignflow.training.reward import run_reward
+
+    config = demo_config("reward.backbone=minilm", "reward.max_length=1024")
+    with pytest.raises(ValueError, match="reward.max_length 1024 exceeds the 512 positions"):
+        run_reward(config, demo_snapshot, tmp_path)
+    assert not (tmp_path / "model").exists()
