@@ -25,7 +25,6 @@ import numpy as np
 
 from alignflow.data.checks import as_text, near_key_text
 from alignflow.data.config import DataConfig
-from alignflow.data.demo import task_accuracy
 from alignflow.data.issues import Issue
 from alignflow.data.readers import read_rows
 from alignflow.data.validation import (
@@ -340,16 +339,46 @@ def _row_metrics(rows: Mapping[str, Any]) -> dict[str, float]:
 # --- policies on prompts -----------------------------------------------------------------
 
 
+# GSM8K and its kin end a worked solution (reference or completion) with "#### <answer>"
+_FINAL_ANSWER = re.compile(r"####\s*([^\n]+?)\s*$", re.MULTILINE)
+_STATED_NUMBER = (re.compile(r"The answer is (-?[\d,]+)\."), re.compile(r"####\s*(-?[\d,]+)"))
+_INTEGER = re.compile(r"-?\d{1,3}(?:,\d{3})+|-?\d+")
+
+
+def reference_answer(answer: Any) -> Any:
+    """The answer a reference states: what follows its last ``####`` (GSM8K), else all of it."""
+    if isinstance(answer, str):
+        finals = _FINAL_ANSWER.findall(answer)
+        if finals:
+            return finals[-1]
+    return answer
+
+
+def stated_number(completion: str) -> int | None:
+    """The integer a completion states as its answer: ``The answer is N.`` (the demo task's
+    required format), else a GSM8K-style ``#### N``; None when it states none."""
+    for pattern in _STATED_NUMBER:
+        found = pattern.search(completion)
+        if found and _INTEGER.fullmatch(found.group(1)):
+            return int(found.group(1).replace(",", ""))
+    return None
+
+
 def answer_score(completion: str, answer: Any) -> float:
     """1.0 when a completion gets a reference answer right.
 
-    A numeric answer is the demo task's strict score (right number, required format);
-    any other answer counts when its words appear in the completion (case, spacing and
-    punctuation folded), so a prompt file with text answers can be judged too.
+    An integer answer (``7``, ``"1,234"``, or a GSM8K solution ending ``#### 7``) must be the
+    number the completion states in a required format (``The answer is 7.`` or ``#### 7``):
+    a number merely mentioned does not count. Any other answer counts when its words appear
+    in the completion (case, spacing and punctuation folded), so a prompt file with text
+    answers can be judged too.
     """
-    numeric = isinstance(answer, int) and not isinstance(answer, bool)
-    if numeric or re.fullmatch(r"-?\d+", str(answer).strip()):
-        return task_accuracy(completion, answer)
+    answer = reference_answer(answer)
+    if isinstance(answer, bool):
+        answer = str(answer)
+    if isinstance(answer, int) or _INTEGER.fullmatch(str(answer).strip()):
+        stated = stated_number(completion)
+        return 1.0 if stated is not None and stated == int(str(answer).strip().replace(",", "")) else 0.0
     wanted = near_key_text(str(answer))
     return 1.0 if wanted and f" {wanted} " in f" {near_key_text(completion)} " else 0.0
 

@@ -105,6 +105,17 @@ def test_answer_score_numbers_and_text():
     assert benchmark.answer_score("It is Parisian.", "Paris") == 0.0
 
 
+def test_answer_score_reads_gsm8k_style_final_answers():
+    """GSM8K references are worked solutions ending "#### N"; completions may state "#### N" too."""
+    solution = "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n#### 72"
+    assert benchmark.answer_score("48 + 24 = 72 clips.\n#### 72", solution) == 1.0
+    assert benchmark.answer_score("The answer is 72.", solution) == 1.0
+    assert benchmark.answer_score("48 + 24 = 72, so I think 72", solution) == 0.0  # no stated answer
+    assert benchmark.answer_score("#### 71", solution) == 0.0
+    assert benchmark.answer_score("The answer is 1234.", "#### 1,234") == 1.0  # thousands separators
+    assert benchmark.answer_score("#### 1,234", 1234) == 1.0
+
+
 def test_evaluate_reward_model_normalises_raw_rows_and_names_a_bad_one():
     """The Python API used to raise a bare TypeError on a boolean response."""
     hh = {"chosen": "\n\nHuman: hi\n\nAssistant: hello there", "rejected": "\n\nHuman: hi\n\nAssistant: go"}
