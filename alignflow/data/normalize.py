@@ -30,6 +30,7 @@ HH_ASSISTANT = "\n\nAssistant:"
 DEFAULT_MAPPING = {
     "input": "prompt",
     "instruction": "prompt",
+    "question": "prompt",  # GSM8K and most QA sets
     "output_1": "response_a",
     "output_2": "response_b",
     "preference": "preferred",

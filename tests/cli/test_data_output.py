@@ -28,7 +28,7 @@ def _bad_row(code: str, i: int) -> bytes:
         "chosen_equals_rejected": {**pair, "rejected": pair["chosen"]},
         "score_out_of_range": {"prompt": pair["prompt"], "response": "r", "score": 1.5 + i},
         "control_chars": {**pair, "chosen": f"bell\x07 {i}"},
-        "unknown_shape": {"question": pair["prompt"], "answer": "a"},
+        "unknown_shape": {"title": pair["prompt"], "body": "a"},
         "duplicate_exact": {
             "prompt": "What is 0 plus 1?",
             "chosen": "The answer is 1.",

@@ -96,7 +96,7 @@ CASES = {
     "invalid_utf8": raw_line(b'{"prompt": "p", "chosen": "caf\xe9", "rejected": "r"}'),
     "invalid_json": raw_line(b'{"prompt": "p", "chosen": '),
     "not_an_object": raw_line(b'["prompt", "chosen"]'),
-    "unknown_shape": with_bad_row({"question": "q", "answer": "a"}),
+    "unknown_shape": with_bad_row({"title": "q", "body": "a"}),
     "bad_chat_structure": with_bad_row(
         {
             "prompt": [{"role": "user", "content": "hi"}],

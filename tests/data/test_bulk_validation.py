@@ -58,7 +58,7 @@ def bad_rows() -> list:
         b'{"prompt": "a", "chosen": "b", "rejected": "c"} {"prompt": "d"}',  # invalid_json (two)
         b'["prompt", "chosen"]',  # not_an_object
         b"   ",  # blank line: not a row
-        {"question": "q", "answer": "a"},  # unknown_shape
+        {"title": "q", "body": "a"},  # unknown_shape
         {"prompt": chat, "chosen": [{"role": "robot", "content": "x"}], "rejected": chat},  # bad_chat
         {"prompt": "p", "chosen": chat, "rejected": "text"},  # bad_chat (mixed)
         {"chosen": "\n\nHuman: a\n\nAssistant: b", "rejected": "no turns here"},  # hh_unsplittable

@@ -175,6 +175,15 @@ def test_a_margin_must_be_a_finite_number(tmp_path):
     ]
 
 
+def test_a_question_column_is_the_prompt_by_default():
+    """GSM8K and most QA sets name the prompt ``question``; their ``answer`` stays in metadata."""
+    record = normalize_row({"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"})
+    assert record["kind"] == "prompt" and record["prompt"] == "What is 2 + 2?"
+    assert record["metadata"] == {"answer": "2 + 2 = 4\n#### 4"}
+    both = normalize_row({"prompt": "p", "question": "q", "chosen": "a", "rejected": "b"})
+    assert both["prompt"] == "p" and both["metadata"] == {"question": "q"}  # an explicit prompt wins
+
+
 def test_scored_unpaired_and_prompt_only_shapes_and_metadata():
     scored = normalize_row({"prompt": "q", "response": "r", "score": 0.3, "agent_id": "bot", "run_id": 7})
     assert scored["kind"] == "scored" and scored["completion"] == "r"
