@@ -22,7 +22,12 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from alignflow.models.loading import CLASSIFIER_ARCHITECTURES, load_pretrained, load_tokenizer
+from alignflow.models.loading import (
+    CLASSIFIER_ARCHITECTURES,
+    load_pretrained,
+    load_tokenizer,
+    require_finite_weights,
+)
 from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
@@ -102,7 +107,7 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
-        return model, tokenizer
+        return require_finite_weights(model, path), tokenizer
     model = load_pretrained(
         AutoModelForCausalLM, path, "causal LM", CLASSIFIER_ARCHITECTURES, dtype=dtype, use_safetensors=True
     )

@@ -5,7 +5,7 @@ sequence-classification class builds a classifier with a freshly initialised hea
 reward-model folder, the causal-LM class builds a language-model head from nothing. Both
 "load" and then score or generate noise. Here every weight the class expects must come
 from the folder, and any failure (unreadable weights, unknown architecture, head-count
-mismatch) is a :class:`ModelLoadError` naming the folder.
+mismatch, NaN or infinite weights) is a :class:`ModelLoadError` naming the folder.
 """
 
 from __future__ import annotations
@@ -46,6 +46,23 @@ def load_pretrained(
             f"{path}: not a {kind}: {type(model).__name__} would start {len(missing)} weights untrained "
             f"({shown}); the folder holds a {architectures(model.config)} checkpoint"
         )
+    return require_finite_weights(model, path)
+
+
+def require_finite_weights(model: Any, path: str | Path) -> Any:
+    """``model``, unless a weight is NaN or infinite (a diverged checkpoint): it would load, then
+    score NaN or fail mid-generation, far from the cause."""
+    import torch
+
+    broken = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if broken:
+        more = len(broken) - SHOWN_KEYS
+        shown = ", ".join(broken[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
+        raise ModelLoadError(f"{path}: NaN or infinite weights in {len(broken)} tensors ({shown})")
     return model
 
 

@@ -85,3 +85,25 @@ def test_a_broken_reward_description_is_named(reward_model_dir, tmp_path):
         (broken / REWARD_META).write_text(text)
         with pytest.raises(ModelLoadError, match=REWARD_META):
             load_reward_scorer(broken)
+
+
+def test_a_diverged_checkpoint_is_refused(tiny_model_dir, reward_model_dir, tmp_path):
+    """NaN weights load fine, then score NaN (reward) or crash mid-generation (policy)."""
+    from transformers import AutoModelForCausalLM
+
+    policy = _copy(tiny_model_dir, tmp_path / "policy")
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    model.save_pretrained(policy)
+    with pytest.raises(ModelLoadError, match="NaN or infinite weights in 1 tensors") as caught:
+        load_causal_lm(policy)
+    assert "layers.0.mlp.up_proj.weight" in str(caught.value) and str(policy) in str(caught.value)
+
+    reward = _copy(reward_model_dir, tmp_path / "reward")
+    model = AutoModelForSequenceClassification.from_pretrained(reward)
+    with torch.no_grad():
+        model.score.weight[0, 0] = float("inf")
+    model.save_pretrained(reward)
+    with pytest.raises(ModelLoadError, match=r"NaN or infinite weights in 1 tensors \(score.weight\)"):
+        load_reward_scorer(reward)
