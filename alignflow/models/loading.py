@@ -10,6 +10,7 @@ mismatch, NaN or infinite weights) is a :class:`ModelLoadError` naming the folde
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,9 @@ def load_pretrained(
         raise ModelLoadError(f"{path}: cannot load as a {kind}: {type(exc).__name__}: {exc}") from exc
     missing = sorted(info.get("missing_keys") or [])
     if missing:
-        more = len(missing) - SHOWN_KEYS
-        shown = ", ".join(missing[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
         raise ModelLoadError(
             f"{path}: not a {kind}: {type(model).__name__} would start {len(missing)} weights untrained "
-            f"({shown}); the folder holds a {architectures(model.config)} checkpoint"
+            f"({first_few(missing)}); the folder holds a {architectures(model.config)} checkpoint"
         )
     return require_finite_weights(model, path)
 
@@ -60,16 +59,20 @@ def require_finite_weights(model: Any, path: str | Path) -> Any:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
     ]
     if broken:
-        more = len(broken) - SHOWN_KEYS
-        shown = ", ".join(broken[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
-        raise ModelLoadError(f"{path}: NaN or infinite weights in {len(broken)} tensors ({shown})")
+        raise ModelLoadError(
+            f"{path}: NaN or infinite weights in {len(broken)} tensors ({first_few(broken)})"
+        )
     return model
+
+
+def first_few(names: list[str]) -> str:
+    """The first names of a list, and how many more there are."""
+    more = len(names) - SHOWN_KEYS
+    return ", ".join(names[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def refused_architecture(path: str | Path, refuse: tuple[str, ...]) -> str | None:
     """The folder's architecture when every one its config.json names ends with a refused suffix."""
-    import json
-
     config = Path(path) / "config.json"
     if not refuse or not config.exists():
         return None
