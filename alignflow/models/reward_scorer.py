@@ -186,18 +186,28 @@ def reward_logits(
     return head(dropout(pooled) if dropout is not None else pooled)
 
 
-def position_limit(config: Any, tokenizer: Any) -> int | None:
-    """The most tokens the model reads: its position table, or the tokenizer's stated limit if smaller.
+# modules holding a learned table of absolute positions (BERT/MiniLM, GPT-2, OPT/BART)
+POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
 
-    A saved ``max_length`` beyond it would index past an absolute position table (BERT, MiniLM)
-    and crash on the first long input; RoBERTa-style tables hold two more rows than usable
-    positions, which the tokenizer's ``model_max_length`` states.
+
+def position_limit(model: Any, tokenizer: Any) -> int | None:
+    """The most tokens a model with absolute positions reads; None for rotary/relative ones.
+
+    A saved ``max_length`` beyond a position table would index past it and crash on the first
+    long input. Rotary models (Llama, Qwen) have no table and read longer inputs, if less well.
+    Where the table holds more rows than usable positions (RoBERTa, OPT keep an offset), the
+    tokenizer's ``model_max_length`` states the smaller limit.
     """
-    limits = [getattr(config, name, None) for name in ("max_position_embeddings", "n_positions")]
+    tables = [
+        module.num_embeddings
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES
+    ]
+    if not tables:
+        return None
     stated = getattr(tokenizer, "model_max_length", None)
-    limits.append(stated if isinstance(stated, int) and stated < 1_000_000 else None)
-    found = [int(x) for x in limits if isinstance(x, int) and x > 0]
-    return min(found) if found else None
+    usable = stated if isinstance(stated, int) and 0 < stated < 1_000_000 else None
+    return min([*tables, usable] if usable else tables)
 
 
 class RewardScorer:
@@ -211,7 +221,7 @@ class RewardScorer:
         self.meta = meta
         self.normalize = normalize
         self.batch_size = batch_size
-        self.max_length = min(meta.max_length, position_limit(model.config, tokenizer) or meta.max_length)
+        self.max_length = min(meta.max_length, position_limit(model, tokenizer) or meta.max_length)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if getattr(model.config, "pad_token_id", None) is None:

@@ -339,7 +339,7 @@ def run_reward(
     init = model_init_kwargs(config.model)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names), **init)
     model.config.pad_token_id = tokenizer.pad_token_id
-    limit = position_limit(model.config, tokenizer)
+    limit = position_limit(model, tokenizer)
     if limit is not None and stage.max_length > limit:  # would index past the position table mid-run
         raise ValueError(
             f"reward.max_length {stage.max_length} exceeds the {limit} positions of backbone {path}"

@@ -146,3 +146,14 @@ def test_a_saved_max_length_beyond_the_position_table_is_cut_to_it(minilm_reward
     assert scorers[0].max_length == 512 and scorers[0].meta.max_length == 1024
     wide, at_limit = (s.raw([long_prompt, "Hi"], [long_answer, "Hello"]) for s in scorers)
     assert wide == pytest.approx(at_limit, abs=1e-5)
+
+
+def test_a_rotary_model_has_no_position_table_to_cut_to(reward_model_dir):
+    """The tiny Llama (256 positions, rotary) reads longer inputs: its saved max_length stands."""
+    from alignflow.models.reward_scorer import RewardMeta, RewardScorer, load_reward_scorer, position_limit
+
+    loaded = load_reward_scorer(reward_model_dir)
+    assert loaded.model.config.max_position_embeddings < 512
+    assert position_limit(loaded.model, loaded.tokenizer) is None
+    scorer = RewardScorer(loaded.model, loaded.tokenizer, RewardMeta(max_length=512), normalize=False)
+    assert scorer.max_length == 512 and len(scorer.raw(["word " * 400], ["yes " * 200])) == 1
