@@ -8,12 +8,15 @@ that version, against its logged model.
 
 Exit codes: 0 evaluated (some rows may have been quarantined: the report says how many
 and why); 1 nothing to evaluate (every row bad, or no row of the needed kind); 2 usage
-error (bad option or --set, unreadable or missing file, model not found).
+error (bad option or --set, unreadable or missing file, model not found or not the kind of
+model asked for: a policy given as reward model, broken or NaN weights); 3 the evaluation
+itself failed (the traceback is printed).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +29,17 @@ app = typer.Typer(help="Evaluate any model on any benchmark file.", no_args_is_h
 console = Console()
 err = Console(stderr=True)
 
-EXIT_OK, EXIT_NOTHING_TO_EVALUATE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_NOTHING_TO_EVALUATE, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 SHOWN_EXAMPLES = 3  # per quarantine reason on the console; report.json lists every row
 EXIT_HELP = (
     "Exit codes: 0 evaluated (quarantined rows are counted in the report), "
     "1 nothing to evaluate (every row bad or none of the needed kind), "
-    "2 usage error (bad option, unreadable file, model not found or not the kind asked for)."
+    "2 usage error (bad option, unreadable file, model not found or not the kind asked for), "
+    "3 the evaluation failed (traceback printed)."
 )
 MODEL_HELP = "a saved model folder, or models:/NAME@ALIAS (or models:/NAME/VERSION) from the registry"
 DATA_HELP = "benchmark file or folder: JSONL, JSON, Parquet, CSV, gzip of these, a datasets dir"
-SET_HELP = "override a config key, e.g. data.column_mapping.question=prompt (repeatable)"
+SET_HELP = "override a config key, e.g. data.column_mapping.query=prompt (repeatable)"
 OUTPUT_HELP = "folder for report.json and report.md (default: .alignflow/eval/<kind>-<benchmark>)"
 TRACKING_HELP = "MLflow tracking URI (else MLFLOW_TRACKING_URI); logging needs it and a models:/ model"
 MAX_ROWS_HELP = "read at most this many input rows (a quick look at a large file)"
@@ -95,6 +99,19 @@ def _load(loader, *args, **kwargs):
         return loader(*args, **kwargs)
     except ModelLoadError as exc:
         raise _fail(EXIT_USAGE, str(exc)) from None
+
+
+@contextmanager
+def _failures_exit_3():
+    """A failure while scoring, generating or logging: its traceback, then exit 3, so that it
+    is not read as exit 1 (nothing to evaluate), which is what Typer would give it."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here is reported, with its traceback
+        err.print_exception()
+        raise _fail(EXIT_FAILED, f"evaluation failed: {type(exc).__name__}: {exc}") from None
 
 
 def _print_rows(rows: dict[str, Any]) -> None:
@@ -234,7 +251,7 @@ def reward(
     from alignflow.evaluation.benchmark import evaluate_reward_benchmark
     from alignflow.models.reward_scorer import load_reward_scorer
 
-    with tempfile.TemporaryDirectory(prefix="alignflow-eval-") as work:
+    with _failures_exit_3(), tempfile.TemporaryDirectory(prefix="alignflow-eval-") as work:
         resolved = _resolve(model, uri, work)
         scorer = _load(load_reward_scorer, resolved.path, normalize=False, batch_size=batch_size)
         report = evaluate_reward_benchmark(scorer, bench, subset_column)
@@ -302,7 +319,7 @@ def policy(
     from alignflow.models import load_causal_lm
     from alignflow.models.reward_scorer import load_reward_scorer
 
-    with tempfile.TemporaryDirectory(prefix="alignflow-eval-") as work:
+    with _failures_exit_3(), tempfile.TemporaryDirectory(prefix="alignflow-eval-") as work:
         resolved = _resolve(model, uri, work)
         opponent = _resolve(against, uri, work) if against else None
         judge_model = _resolve(reward_model, uri, work) if reward_model else None

@@ -194,3 +194,17 @@ def test_evaluation_run_lands_on_the_registered_version(reward_model_dir, tmp_pa
     assert run.info.experiment_id == logged_model.experiment_id
     artifacts = {a.path for a in client.list_artifacts(run_id, "eval/mixed-bench")}
     assert artifacts == {"eval/mixed-bench/report.json", "eval/mixed-bench/report.md"}
+
+
+def test_a_failure_while_scoring_exits_3_not_1(reward_model_dir, tmp_path, monkeypatch):
+    """Exit 1 means "nothing to evaluate"; a crash in the middle must not be read as that."""
+    from alignflow.evaluation import benchmark
+
+    def breaks(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(benchmark, "evaluate_reward_benchmark", breaks)
+    data = _bad_rows_file(tmp_path / "mixed.jsonl")
+    result = runner.invoke(app, ["eval", "reward", "--model", str(reward_model_dir), "--data", str(data)])
+    assert result.exit_code == 3
+    assert "evaluation failed: RuntimeError: CUDA out of memory (simulated)" in result.output
