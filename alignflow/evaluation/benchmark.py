@@ -340,17 +340,20 @@ def _row_metrics(rows: Mapping[str, Any]) -> dict[str, float]:
 
 
 # GSM8K and its kin end a worked solution (reference or completion) with "#### <answer>"
-_FINAL_ANSWER = re.compile(r"####\s*([^\n]+?)\s*$", re.MULTILINE)
+_FINAL_ANSWER = re.compile(r"(?:^|\n)####[ \t]*([^\n]+?)\s*\Z")
 _STATED_NUMBER = (re.compile(r"The answer is (-?[\d,]+)\."), re.compile(r"####\s*(-?[\d,]+)"))
 _INTEGER = re.compile(r"-?\d{1,3}(?:,\d{3})+|-?\d+")
 
 
 def reference_answer(answer: Any) -> Any:
-    """The answer a reference states: what follows its last ``####`` (GSM8K), else all of it."""
+    """The answer a reference states: its closing ``#### X`` line's X (GSM8K), else all of it.
+
+    Only a closing line counts, so a Markdown heading inside a text answer is not taken for it.
+    """
     if isinstance(answer, str):
-        finals = _FINAL_ANSWER.findall(answer)
-        if finals:
-            return finals[-1]
+        final = _FINAL_ANSWER.search(answer)
+        if final:
+            return final.group(1)
     return answer
 
 

@@ -114,6 +114,10 @@ def test_answer_score_reads_gsm8k_style_final_answers():
     assert benchmark.answer_score("#### 71", solution) == 0.0
     assert benchmark.answer_score("The answer is 1234.", "#### 1,234") == 1.0  # thousands separators
     assert benchmark.answer_score("#### 1,234", 1234) == 1.0
+    heading = "#### Causes\nMostly the seasons and the tilt of the earth."  # Markdown, not a final answer
+    assert benchmark.reference_answer(heading) == heading
+    assert benchmark.answer_score("It is the tilt of the earth, mostly.", "#### 42\n") == 0.0
+    assert benchmark.answer_score("#### 42", "The result:\n#### 42\n") == 1.0
 
 
 def test_evaluate_reward_model_normalises_raw_rows_and_names_a_bad_one():
