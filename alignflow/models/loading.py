@@ -10,7 +10,6 @@ mismatch, NaN or infinite weights) is a :class:`ModelLoadError` naming the folde
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,15 @@ def load_pretrained(
     ``refuse``: architecture-name endings (config.json) that are never that kind, for models
     whose missing weights cannot tell (a causal LM with tied embeddings has no LM head of its own).
     """
-    refused = refused_architecture(path, refuse)
-    if refused:
-        raise ModelLoadError(f"{path}: not a {kind}: the folder holds a {refused} checkpoint")
     try:
         model, info = auto_class.from_pretrained(path, output_loading_info=True, **kwargs)
     except Exception as exc:  # noqa: BLE001 - broken files, unknown architectures: one clear error
         raise ModelLoadError(f"{path}: cannot load as a {kind}: {type(exc).__name__}: {exc}") from exc
+    named = getattr(model.config, "architectures", None) or []
+    if refuse and named and all(str(n).endswith(refuse) for n in named):
+        raise ModelLoadError(
+            f"{path}: not a {kind}: the folder holds a {architectures(model.config)} checkpoint"
+        )
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         raise ModelLoadError(
@@ -69,20 +70,6 @@ def first_few(names: list[str]) -> str:
     """The first names of a list, and how many more there are."""
     more = len(names) - SHOWN_KEYS
     return ", ".join(names[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
-
-
-def refused_architecture(path: str | Path, refuse: tuple[str, ...]) -> str | None:
-    """The folder's architecture when every one its config.json names ends with a refused suffix."""
-    config = Path(path) / "config.json"
-    if not refuse or not config.exists():
-        return None
-    try:
-        names = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
-    except (ValueError, AttributeError):
-        return None  # from_pretrained reports a broken config.json
-    if names and all(str(n).endswith(refuse) for n in names):
-        return "/".join(names)
-    return None
 
 
 def architectures(config: Any) -> str:
