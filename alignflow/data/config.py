@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from alignflow.data.normalize import label_key
 
 
 class DataConfig(BaseModel):
@@ -13,6 +17,13 @@ class DataConfig(BaseModel):
     source: str | None = Field(None, description="input file or directory; None = generate the demo data")
     format: str | None = Field(None, description="reader override: jsonl, json, parquet, csv, datasets")
     column_mapping: dict[str, str] = Field(default_factory=dict, description="input column -> canonical")
+    preferred_values: dict[str, Literal["a", "b", "tie"]] = Field(
+        default_factory=dict,
+        description="labelled pairs: which response each value of the preferred column names, e.g. "
+        "{'0': 'a', '1': 'b'} for PKU-SafeRLHF's better_response_id or {'1': 'a', '0': 'b'} for SHP's "
+        "labels; replaces the default reading (1/2, a/b, model_a/model_b, tie...)",
+    )
+
     max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="fail when more rows are bad")
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     split_seed: int = 0
@@ -35,3 +46,11 @@ class DataConfig(BaseModel):
     demo_phrasings: int = Field(
         1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
     )
+
+    @field_validator("preferred_values", mode="before")
+    @classmethod
+    def _values_as_keys(cls, values: object) -> object:
+        # YAML reads `{0: a, 1: b}` with integer keys; rows are matched on label_key's spelling
+        if isinstance(values, dict):
+            return {label_key(k) if not isinstance(k, str) else k.strip(): v for k, v in values.items()}
+        return values

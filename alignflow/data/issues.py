@@ -34,6 +34,7 @@ class Reason(StrEnum):
     SCORE_OUT_OF_RANGE = "score_out_of_range"
     SCORE_INVALID = "score_invalid"
     BAD_LABEL = "bad_label"
+    TIE = "tie"  # a labelled pair that prefers neither response: nothing for a pairwise loss
     TOO_LONG_CHARS = "too_long_chars"
     TOO_LONG_TOKENS = "too_long_tokens"
     # across rows

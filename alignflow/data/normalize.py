@@ -97,11 +97,20 @@ def detect_kind(row: dict[str, Any]) -> str:
     raise RowError(Reason.UNKNOWN_SHAPE, f"no known shape fits columns {sorted(row)}", None)
 
 
-def normalize_row(row: dict[str, Any], mapping: dict[str, str] | None = None) -> dict[str, Any]:
-    """One input row -> one canonical record (``kind`` set, extra columns in metadata)."""
+def normalize_row(
+    row: dict[str, Any],
+    mapping: dict[str, str] | None = None,
+    preferred_values: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One input row -> one canonical record (``kind`` set, extra columns in metadata).
+
+    ``preferred_values`` says which response each value of a labelled pair's ``preferred``
+    column names ('a', 'b' or 'tie'); without it the common spellings are read (1/2, a/b...).
+    """
     mapped = apply_mapping(row, mapping or {})
     kind = detect_kind(mapped)
-    record = _NORMALISERS[kind](mapped)
+    labelled = kind == "labelled"
+    record = _labelled(mapped, preferred_values or None) if labelled else _NORMALISERS[kind](mapped)
     record["id"] = None if mapped.get("id") is None else str(mapped["id"])
     record["source"] = None if mapped.get("source") is None else str(mapped["source"])
     record["metadata"] = _metadata(mapped)
@@ -139,19 +148,13 @@ def _pair(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _labelled(row: dict[str, Any]) -> dict[str, Any]:
+def _labelled(row: dict[str, Any], preferred_values: dict[str, str] | None = None) -> dict[str, Any]:
     a, b = _required(row, "response_a"), _required(row, "response_b")
-    preferred = _required(row, "preferred")
-    if _is_one_of(preferred, _PREFERRED_A):
-        chosen, rejected = a, b
-    elif _is_one_of(preferred, _PREFERRED_B):
-        chosen, rejected = b, a
-    else:
-        raise RowError(
-            Reason.BAD_LABEL,
-            f"preference {preferred!r} names neither response (1/2, a/b; a tie prefers none)",
-            "preferred",
-        )
+    winner = _winner(_required(row, "preferred"), preferred_values)
+    if winner == "tie":
+        message = f"preference {row['preferred']!r} is a tie: neither response wins"
+        raise RowError(Reason.TIE, message, "preferred")
+    chosen, rejected = (a, b) if winner == "a" else (b, a)
     # the two responses may be whole dialogues (Chatbot Arena): read them as a pair would be
     return _pair({"prompt": row.get("prompt"), "chosen": chosen, "rejected": rejected})
 
@@ -191,6 +194,42 @@ def _unpaired(row: dict[str, Any]) -> dict[str, Any]:
 def _prompt(row: dict[str, Any]) -> dict[str, Any]:
     prompt = row.get("prompt") if row.get("prompt") is not None else row.get("messages")
     return {"kind": RecordKind.PROMPT, "prompt": prompt}
+
+
+def _winner(preferred: Any, preferred_values: dict[str, str] | None) -> str:
+    """'a', 'b' or 'tie' for a labelled pair's ``preferred`` value; RowError when it names neither."""
+    if preferred_values is not None:
+        key = label_key(preferred)
+        if key in preferred_values:
+            return preferred_values[key]
+        raise RowError(
+            Reason.BAD_LABEL,
+            f"preference {preferred!r} is not one of data.preferred_values {sorted(preferred_values)}",
+            "preferred",
+        )
+    if _is_one_of(preferred, _PREFERRED_A):
+        return "a"
+    if _is_one_of(preferred, _PREFERRED_B):
+        return "b"
+    if isinstance(preferred, str) and preferred.strip().lower().startswith("tie"):
+        return "tie"  # Chatbot Arena's 'tie' and 'tie (bothbad)'
+    raise RowError(
+        Reason.BAD_LABEL,
+        f"preference {preferred!r} names neither response (1/2, a/b, model_a/model_b; "
+        "other codings such as 0/1 need data.preferred_values)",
+        "preferred",
+    )
+
+
+def label_key(value: Any) -> str | None:
+    """A label value as the string key of ``data.preferred_values``: 1, 1.0 and '1' all read '1'."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # a Parquet/pandas integer column with gaps comes back as floats
+    if isinstance(value, int | float):
+        return str(value)
+    return value.strip() if isinstance(value, str) else None
 
 
 def _is_one_of(value: Any, allowed: set) -> bool:
@@ -312,7 +351,6 @@ def _prompt_key(prompt: Any) -> str:
 
 _NORMALISERS = {
     "pair": _pair,
-    "labelled": _labelled,
     "scored": _scored,
     "unpaired": _unpaired,
     "prompt": _prompt,

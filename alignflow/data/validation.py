@@ -282,6 +282,10 @@ class _Run:
         row = (packed & ((1 << _ROW_BITS) - 1)) - 1
         return f"{self.files[packed >> _ROW_BITS]}:{None if row < 0 else row}"
 
+    def normalize(self, data: dict[str, Any]) -> dict[str, Any]:
+        """One row as a canonical record under the config's column mapping and label coding."""
+        return normalize_row(data, self.mapping, self.config.preferred_values)
+
     def _issue(self, code: Reason, message: str, raw: RawRow, field_name: str | None) -> Issue:
         return Issue(code, message, raw.file, raw.row, field_name, raw.data if self.keep else None)
 
@@ -324,7 +328,7 @@ class _Run:
                 read_issues.append((pos, raw.issue))
                 return
             try:
-                record = normalize_row(raw.data, self.mapping)
+                record = self.normalize(raw.data)
                 check_record(record, self.tokenizer, self.config.max_tokens)
             except RowError as error:
                 read_issues.append((pos, self._issue(error.code, str(error), raw, error.field)))
@@ -431,7 +435,7 @@ class _Run:
                 long |= np.asarray(lengths.to_numpy(zero_copy_only=False)) > max_chars
             for k in bulk.rows[long].tolist():
                 raw = bulk.raw(k)
-                record = normalize_row(raw.data, self.mapping)
+                record = self.normalize(raw.data)
                 entry = Entry(record, raw.file, raw.row, raw.split, raw.data)
                 suspects.append((int(bulk.positions[k]), entry))
             bulk.rows = bulk.rows[~long]
@@ -540,7 +544,7 @@ class _Run:
         if self.keep:
             for k in kept.tolist():
                 raw, record = row_of(k)
-                record = record if record is not None else normalize_row(raw.data, self.mapping)
+                record = record if record is not None else self.normalize(raw.data)
                 self.entries.append(Entry(record, raw.file, raw.row, raw.split, raw.data))
         bulk_split = bulk is not None and any(b.split for b in bulk.blocks)
         if not bulk_split and not any(raw.split for _, raw, _ in slow):
@@ -549,7 +553,7 @@ class _Run:
             raw, record = row_of(k)
             if not raw.split:
                 continue
-            record = record if record is not None else normalize_row(raw.data, self.mapping)
+            record = record if record is not None else self.normalize(raw.data)
             key = int(hash_keys(np.array([hashable(prompt_key(record["prompt"]))], dtype=object))[0])
             if raw.split == "train":
                 self.train_prompts.add(key)

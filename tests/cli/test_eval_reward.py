@@ -153,6 +153,31 @@ def test_column_mapping_reaches_the_reader(reward_model_dir, tmp_path):
     assert json.loads((out / "report.json").read_text())["rows"]["scored"] == 4
 
 
+def test_a_benchmark_coding_its_winner_as_an_index_is_read_with_preferred_values(reward_model_dir, tmp_path):
+    """PKU-SafeRLHF codes the better response as 0/1, which the default reading leaves ambiguous."""
+    data, out = tmp_path / "pku.jsonl", tmp_path / "out"
+    rows = [
+        {"prompt": f"q{i}?", "response_0": f"answer {i}", "response_1": f"other {i}", "better_response_id": i % 2}
+        for i in range(6)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mapping = ["--set", "data.column_mapping.response_0=response_a"]
+    mapping += ["--set", "data.column_mapping.response_1=response_b"]
+    mapping += ["--set", "data.column_mapping.better_response_id=preferred"]
+    args = ["--model", str(reward_model_dir), "--data", str(data), "--output", str(out), *mapping]
+
+    result = _invoke(*args)  # 0 names no response by default: those rows are quarantined, not guessed
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())["rows"]
+    assert (report["scored"], report["quarantined_by_reason"]) == (3, {"bad_label": 3})
+    assert "data.preferred_values" in report["quarantined_rows"][0]["message"]
+
+    result = _invoke(*args, "--set", "data.preferred_values.0=a", "--set", "data.preferred_values.1=b")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())["rows"]
+    assert (report["scored"], report["quarantined"]) == (6, 0)
+
+
 @pytest.mark.slow
 def test_evaluation_run_lands_on_the_registered_version(reward_model_dir, tmp_path, monkeypatch):
     from alignflow.registry import models

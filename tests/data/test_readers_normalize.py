@@ -133,8 +133,56 @@ def test_labelled_pairs_via_default_and_custom_mapping():
     mapping = {"question": "prompt", "ans_x": "response_a", "ans_y": "response_b", "winner": "preferred"}
     assert normalize_row(custom, mapping)["chosen"] == "a"
     with pytest.raises(RowError) as info:
-        normalize_row({**row, "label": "tie"})
+        normalize_row({**row, "label": "tie (bothbad)"})  # Chatbot Arena: counted apart from bad labels
+    assert (info.value.code, info.value.field) == ("tie", "preferred")
+    with pytest.raises(RowError, match="preferred_values") as info:  # 0 is index 0 in one set, "B" in another
+        normalize_row({**row, "label": 0})
     assert info.value.code == "bad_label"
+
+
+PKU = {"prompt": "q", "response_0": "first", "response_1": "second", "better_response_id": 1}
+PKU_MAPPING = {"response_0": "response_a", "response_1": "response_b", "better_response_id": "preferred"}
+
+
+@pytest.mark.parametrize(
+    ("coding", "label", "chosen"),
+    [
+        ({"0": "a", "1": "b"}, 0, "first"),  # PKU-SafeRLHF: the index of the better response
+        ({"0": "a", "1": "b"}, 1, "second"),
+        ({"1": "a", "0": "b"}, 1, "first"),  # SHP: 1 when A is preferred
+        ({"1": "a", "0": "b"}, 0, "second"),
+        ({"0": "a", "1": "b"}, 1.0, "second"),  # an integer column with gaps, read back as floats
+        ({"0": "a", "1": "b"}, "1", "second"),  # CSV
+        ({"true": "a", "false": "b"}, False, "second"),
+    ],
+)
+def test_preferred_values_say_which_response_each_label_names(coding, label, chosen):
+    record = normalize_row({**PKU, "better_response_id": label}, PKU_MAPPING, coding)
+    assert record["chosen"] == chosen
+    assert {record["chosen"], record["rejected"]} == {"first", "second"}
+
+
+def test_preferred_values_replace_the_default_reading():
+    coding = {"-1": "a", "0": "tie", "1": "b"}
+    assert normalize_row({**PKU, "better_response_id": -1}, PKU_MAPPING, coding)["chosen"] == "first"
+    with pytest.raises(RowError) as info:
+        normalize_row({**PKU, "better_response_id": 0}, PKU_MAPPING, coding)
+    assert (info.value.code, info.value.field) == ("tie", "preferred")
+    with pytest.raises(RowError, match=r"not one of data.preferred_values \['-1', '0', '1'\]") as info:
+        normalize_row({**PKU, "better_response_id": 2}, PKU_MAPPING, coding)  # 2 = "B" by default, not here
+    assert (info.value.code, info.value.field) == ("bad_label", "preferred")
+
+
+def test_preferred_values_from_yaml_integer_keys_reach_every_row(tmp_path):
+    rows = [{**PKU, "better_response_id": i % 2, "prompt": f"q{i}"} for i in range(4)]
+    rows.append({**PKU, "better_response_id": 7, "prompt": "q7"})
+    path = tmp_path / "pku.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = DataConfig(column_mapping=PKU_MAPPING, preferred_values={0: "a", 1: "b"}, max_bad_fraction=0.5)
+    assert config.preferred_values == {"0": "a", "1": "b"}
+    validated = validate_paths(path, config)
+    assert [e.record["chosen"] for e in validated.kept] == ["first", "second", "first", "second"]
+    assert [(i.row, i.code.value, i.field) for i in validated.issues] == [(5, "bad_label", "preferred")]
 
 
 def test_labelled_whole_dialogues_take_their_prompt_from_the_shared_turns():
