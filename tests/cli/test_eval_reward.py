@@ -156,10 +156,9 @@ def test_column_mapping_reaches_the_reader(reward_model_dir, tmp_path):
 def test_a_benchmark_coding_its_winner_as_an_index_is_read_with_preferred_values(reward_model_dir, tmp_path):
     """PKU-SafeRLHF codes the better response as 0/1, which the default reading leaves ambiguous."""
     data, out = tmp_path / "pku.jsonl", tmp_path / "out"
-    rows = [
-        {"prompt": f"q{i}?", "response_0": f"answer {i}", "response_1": f"other {i}", "better_response_id": i % 2}
-        for i in range(6)
-    ]
+    rows = [{"prompt": f"q{i}?", "response_0": f"answer {i}", "response_1": f"other {i}"} for i in range(6)]
+    for i, row in enumerate(rows):
+        row["better_response_id"] = i % 2
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     mapping = ["--set", "data.column_mapping.response_0=response_a"]
     mapping += ["--set", "data.column_mapping.response_1=response_b"]
