@@ -6,6 +6,7 @@ only once fully written) and ``model/`` (the final model, safetensors).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -14,10 +15,16 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from alignflow.models.loading import ModelLoadError, require_finite_weights
+
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
 STAGING = ".staging"
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+class TrainingDiverged(ValueError):
+    """The training loss or the trained weights went NaN or infinite: the run must not hand on a model."""
 
 
 class StageTrainerMixin:
@@ -37,6 +44,18 @@ class StageTrainerMixin:
             from transformers.trainer_callback import PrinterCallback
 
             self.remove_callback(PrinterCallback)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """Log, then stop on a non-finite training loss: later steps only spread the NaN, and
+        transformers' own filter would have logged an average of earlier losses instead."""
+        super().log(logs, *args, **kwargs)
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"training loss is {loss} at step {self.state.global_step} (learning rate "
+                f"{logs.get('learning_rate', self.args.learning_rate)}): the run diverged; "
+                "lower the learning rate or check the data"
+            )
 
     def _save_checkpoint(self, model, trial):  # noqa: D401 - transformers' hook
         run_dir = Path(self._get_output_dir(trial=trial))
@@ -115,6 +134,10 @@ def save_final_model(trainer: Any, output_dir: str | Path, merge_lora: bool = Tr
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "peft_config") and merge_lora and not getattr(model, "is_loaded_in_4bit", False):
         model = model.merge_and_unload()
+    try:  # the next stage, the evaluation and the registry would all refuse it later
+        require_finite_weights(model, f"the model trained at step {trainer.state.global_step}")
+    except ModelLoadError as exc:
+        raise TrainingDiverged(f"{exc}: not saved to {target}") from exc
     model.save_pretrained(staging, safe_serialization=True)
     processing = getattr(trainer, "processing_class", None)
     if processing is not None:

@@ -119,6 +119,7 @@ def trainer_arguments(
         "dataloader_num_workers": 0,
         "use_cpu": not torch.cuda.is_available(),
         "save_safetensors": True,
+        "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN (the mixin then stops the run)
         "train_sampling_strategy": "group_by_length" if getattr(config, "groups_by_length", False) else None,
         **mixed_precision_flags(model),
         # TRL's configs turn checkpointing on by default: say what the stage config says.
