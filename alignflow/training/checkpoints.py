@@ -122,6 +122,15 @@ def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True)
     return output, str(checkpoint) if checkpoint else None
 
 
+def refuse_diverged_weights(model: Any, step: int, target: Path) -> None:
+    """Raise :class:`TrainingDiverged` rather than save NaN or infinite weights to ``target``:
+    the next stage, the evaluation and the registry would all refuse them later."""
+    try:
+        require_finite_weights(model, f"the model trained at step {step}")
+    except ModelLoadError as exc:
+        raise TrainingDiverged(f"{exc}: not saved to {target}") from exc
+
+
 def save_final_model(trainer: Any, output_dir: str | Path, merge_lora: bool = True) -> Path:
     """Save the trained model + tokenizer under ``output_dir/model`` (staged, then renamed).
 
@@ -134,10 +143,7 @@ def save_final_model(trainer: Any, output_dir: str | Path, merge_lora: bool = Tr
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "peft_config") and merge_lora and not getattr(model, "is_loaded_in_4bit", False):
         model = model.merge_and_unload()
-    try:  # the next stage, the evaluation and the registry would all refuse it later
-        require_finite_weights(model, f"the model trained at step {trainer.state.global_step}")
-    except ModelLoadError as exc:
-        raise TrainingDiverged(f"{exc}: not saved to {target}") from exc
+    refuse_diverged_weights(model, trainer.state.global_step, target)
     model.save_pretrained(staging, safe_serialization=True)
     processing = getattr(trainer, "processing_class", None)
     if processing is not None:

@@ -52,6 +52,7 @@ from alignflow.training.checkpoints import (
     STAGING,
     last_complete_checkpoint,
     move_into_place,
+    refuse_diverged_weights,
 )
 from alignflow.training.grpo import _decode_prompt, prompt_rows
 from alignflow.training.ppo_config import PPOStageConfig
@@ -258,6 +259,7 @@ def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:
     policy = trainer.model.base_model
     if hasattr(policy, "peft_config"):
         policy = policy.merge_and_unload()
+    refuse_diverged_weights(policy, trainer.iteration, target)
     policy.save_pretrained(staging, safe_serialization=True)
     trainer.tokenizer.save_pretrained(staging)
     if target.exists():

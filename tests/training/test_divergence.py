@@ -37,3 +37,28 @@ def test_a_healthy_run_logs_finite_losses_and_saves(demo_config, demo_snapshot, 
     config = demo_config("reward.max_steps=10", "reward.logging_steps=1", "reward.save_steps=1000")
     result = run_reward(config, demo_snapshot, tmp_path)
     assert math.isfinite(result.metrics["train_loss"]) and (tmp_path / "model").is_dir()
+
+
+def test_the_ppo_stage_does_not_save_a_nan_policy(tiny_model_dir, tmp_path):
+    """PPO saves through its own loop: the same refusal guards it (a stand-in trainer holds a real model)."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignflow.training.ppo import save_policy
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        next(policy.parameters())[0, 0] = float("nan")
+    trainer = SimpleNamespace(
+        model=SimpleNamespace(base_model=policy),
+        tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
+        iteration=7,
+    )
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"trained at step 7: NaN or infinite weights in \d+ tensors \(model.embed_tokens.weight",
+    ):
+        save_policy(trainer, tmp_path)
+    assert not (tmp_path / "model").exists()
