@@ -70,6 +70,7 @@ def bad_rows() -> list:
         {"prompt": "p", "chosen": long, "rejected": "r"},  # too_long_chars
         {"prompt": "p", "chosen": "c", "rejected": "r", "margin": "big"},  # score_invalid (margin)
         {"input": "mapped prompt", "output_1": "a", "output_2": "b", "label": 2},  # labelled, ok
+        {"input": "another prompt", "output_1": "a", "output_2": "b", "label": "tie"},  # tie
         {"prompt": "p", "chosen": "c", "rejected": "r", "id": 5, "source": "s", "extra": [1]},
         {"prompt": "Straße -5!", "chosen": "Ünïcode", "rejected": "r"},  # non-ASCII near keys
         {"prompt": "STRASSE minus 5", "chosen": "ünïcode", "rejected": "R"},  # near dup of it
