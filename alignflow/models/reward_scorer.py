@@ -23,6 +23,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from alignflow.models.loading import ModelLoadError, load_pretrained, load_tokenizer
+from alignflow.models.positions import position_limit
 from alignflow.models.prompting import Prompt, completion_text, format_prompt
 
 REWARD_META = "alignflow_reward.json"
@@ -184,30 +185,6 @@ def reward_logits(
     mask = mask.unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
     return head(dropout(pooled) if dropout is not None else pooled)
-
-
-# modules holding a learned table of absolute positions (BERT/MiniLM, GPT-2, OPT/BART)
-POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
-
-
-def position_limit(model: Any, tokenizer: Any) -> int | None:
-    """The most tokens a model with absolute positions reads; None for rotary/relative ones.
-
-    A saved ``max_length`` beyond a position table would index past it and crash on the first
-    long input. Rotary models (Llama, Qwen) have no table and read longer inputs, if less well.
-    Where the table holds more rows than usable positions (RoBERTa, OPT keep an offset), the
-    tokenizer's ``model_max_length`` states the smaller limit.
-    """
-    tables = [
-        module.num_embeddings
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES
-    ]
-    if not tables:
-        return None
-    stated = getattr(tokenizer, "model_max_length", None)
-    usable = stated if isinstance(stated, int) and 0 < stated < 1_000_000 else None
-    return min([*tables, usable] if usable else tables)
 
 
 class RewardScorer:

@@ -32,12 +32,12 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
+from alignflow.models.positions import position_limit
 from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import (
     RewardMeta,
     RewardScorer,
     encode_reward_input,
-    position_limit,
     reward_logits,
     span_mask,
 )

@@ -150,7 +150,8 @@ def test_a_saved_max_length_beyond_the_position_table_is_cut_to_it(minilm_reward
 
 def test_a_rotary_model_has_no_position_table_to_cut_to(reward_model_dir):
     """The tiny Llama (256 positions, rotary) reads longer inputs: its saved max_length stands."""
-    from alignflow.models.reward_scorer import RewardMeta, RewardScorer, load_reward_scorer, position_limit
+    from alignflow.models.positions import position_limit
+    from alignflow.models.reward_scorer import RewardMeta, RewardScorer, load_reward_scorer
 
     loaded = load_reward_scorer(reward_model_dir)
     assert loaded.model.config.max_position_embeddings < 512
