@@ -97,6 +97,27 @@ def toy_stage():
 
 
 @pytest.fixture(scope="session")
+def gpt2_policy_dir(tiny_model_dir, tmp_path_factory):
+    """A tiny GPT-2 (untrained) on the tiny tokenizer: learned absolute positions, only 48 of them."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=48,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    out = tmp_path_factory.mktemp("gpt2-policy")
+    GPT2LMHeadModel(config).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def reward_model_dir(tiny_model_dir, tmp_path_factory):
     """A scalar-head classifier on the tiny backbone (untrained): the shape of a reward model."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

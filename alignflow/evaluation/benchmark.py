@@ -464,6 +464,24 @@ def _alone_figures(
     return metrics, samples[:limit]
 
 
+def cut_prompts_note(
+    role: str, model: Any, tokenizer: Any, prompts: list[Any], max_new_tokens: int
+) -> list[str]:
+    """A note when a model's position table made generation cut prompts from the left (see
+    :func:`~alignflow.models.prompting.prompt_batch`): its answers saw only their ends."""
+    from alignflow.models.positions import prompt_token_budget
+    from alignflow.models.prompting import prompts_cut
+
+    budget = prompt_token_budget(tokenizer, max_new_tokens, model)
+    n = prompts_cut(tokenizer, prompts, budget)
+    if not n:
+        return []
+    return [
+        f"{n} of {len(prompts)} prompts were longer than the {role} reads ({budget + max_new_tokens} "
+        f"positions less max_new_tokens {max_new_tokens}): each was cut to its last {budget} tokens"
+    ]
+
+
 def evaluate_policy_benchmark(run: PolicyRun, benchmark: Benchmark) -> dict[str, Any]:
     """The ``eval policy`` report: the policy answers every distinct prompt (and the opponent
     too, with ``against``); win rates per judge and task accuracy with 95% intervals,
@@ -476,6 +494,9 @@ def evaluate_policy_benchmark(run: PolicyRun, benchmark: Benchmark) -> dict[str,
         raise ValueError(f"{benchmark.path}: no valid rows with a prompt to answer")
     ours = generate_answers(*run.policy, prompts, config)
     notes: list[str] = []
+    for role, pair in (("policy", run.policy), ("--against model", run.against)):
+        if pair is not None:
+            notes += cut_prompts_note(role, *pair, prompts, config.max_new_tokens)
     if run.against is not None:
         metrics, samples = _against_figures(run, prompts, answers, ours, notes)
     else:

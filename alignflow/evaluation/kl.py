@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from alignflow.losses.functional import logprobs_from_logits, sequence_logprobs
-from alignflow.models.prompting import format_prompt
+from alignflow.models.positions import prompt_token_budget
+from alignflow.models.prompting import format_prompt, prompt_batch
 
 
 def _encode(tokenizer: Any, prompt: Any, completion: str) -> tuple[list[int], int]:
@@ -82,32 +83,28 @@ def sampled_kl(
     policy.eval()
     reference.eval()
     device = next(policy.parameters()).device
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    budget = prompt_token_budget(tokenizer, max_new_tokens, policy, reference)
     totals: list[float] = []
-    try:
-        for start in range(0, len(prompts), batch_size):
-            texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
-            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            ids = policy.generate(
-                **batch,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-            width = batch["input_ids"].shape[1]
-            generated = ids[:, width:]
-            is_eos = (generated == tokenizer.eos_token_id).int()
-            # keep tokens up to and including the first eos
-            keep = (is_eos.cumsum(-1) - is_eos) == 0
-            mask = torch.cat([batch["attention_mask"], keep.long()], dim=1)
-            ratio = _token_logprobs(policy, ids, mask) - _token_logprobs(reference, ids, mask)
-            completion_mask = torch.zeros_like(mask[:, 1:])
-            completion_mask[:, width - 1 :] = keep.long()
-            totals.extend((ratio * completion_mask).sum(-1).tolist())
-    finally:
-        tokenizer.padding_side = side
+    for start in range(0, len(prompts), batch_size):
+        batch = prompt_batch(tokenizer, prompts[start : start + batch_size], budget).to(device)
+        ids = policy.generate(
+            **batch,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        width = batch["input_ids"].shape[1]
+        generated = ids[:, width:]
+        is_eos = (generated == tokenizer.eos_token_id).int()
+        # keep tokens up to and including the first eos
+        keep = (is_eos.cumsum(-1) - is_eos) == 0
+        mask = torch.cat([batch["attention_mask"], keep.long()], dim=1)
+        ratio = _token_logprobs(policy, ids, mask) - _token_logprobs(reference, ids, mask)
+        completion_mask = torch.zeros_like(mask[:, 1:])
+        completion_mask[:, width - 1 :] = keep.long()
+        totals.extend((ratio * completion_mask).sum(-1).tolist())
     return sum(totals) / len(totals)

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from alignflow.models.positions import prompt_token_budget
+
 Prompt = str | list[dict[str, str]]
 
 
@@ -41,6 +43,33 @@ def completion_text(completion: str | list[dict[str, str]]) -> str:
     return "".join(m["content"] for m in completion if m.get("role", "assistant") == "assistant")
 
 
+def prompt_batch(tokenizer: Any, prompts: Sequence[Prompt], budget: int | None) -> Any:
+    """Formatted prompts as a left-padded batch, each cut from the left to ``budget`` tokens
+    (:func:`~alignflow.models.positions.prompt_token_budget`): the question usually ends a
+    prompt, and a GPT-2-style model would crash on positions past its table."""
+    sides = tokenizer.padding_side, tokenizer.truncation_side
+    tokenizer.padding_side = tokenizer.truncation_side = "left"
+    try:
+        return tokenizer(
+            [format_prompt(tokenizer, p) for p in prompts],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+            truncation=budget is not None,
+            max_length=budget,
+        )
+    finally:
+        tokenizer.padding_side, tokenizer.truncation_side = sides
+
+
+def prompts_cut(tokenizer: Any, prompts: Sequence[Prompt], budget: int | None) -> int:
+    """How many of ``prompts`` :func:`prompt_batch` cuts to ``budget`` tokens."""
+    if budget is None:
+        return 0
+    encoded = tokenizer([format_prompt(tokenizer, p) for p in prompts], add_special_tokens=False)
+    return sum(len(ids) > budget for ids in encoded["input_ids"])
+
+
 @torch.no_grad()
 def generate(
     model: Any,
@@ -54,22 +83,22 @@ def generate(
 ) -> list[str]:
     """Completions (decoded, special tokens removed) for ``prompts``, in order.
 
-    Prompts are left-padded so every row continues right where its prompt ends.
+    Prompts are left-padded so every row continues right where its prompt ends, and
+    left-truncated where a model's position table leaves no room for ``max_new_tokens``
+    after them (:func:`prompt_batch`).
     """
     if seed is not None:
         torch.manual_seed(seed)
     was_training = model.training
     model.eval()
-    padding_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = next(model.parameters()).device
+    budget = prompt_token_budget(tokenizer, max_new_tokens, model)
     outputs: list[str] = []
     try:
         for start in range(0, len(prompts), batch_size):
-            texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
-            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            batch = prompt_batch(tokenizer, prompts[start : start + batch_size], budget).to(device)
             sample_args = (
                 {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
             )
@@ -83,6 +112,5 @@ def generate(
             new_tokens = ids[:, batch["input_ids"].shape[1] :]
             outputs.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
-        tokenizer.padding_side = padding_side
         model.train(was_training)
     return outputs

@@ -113,3 +113,26 @@ def test_registered_policy_evaluation_is_logged_on_its_version(
     on_bench = {m.key: m.value for m in logged_model.metrics if m.run_id == report["tracking"]["run_id"]}
     assert on_bench["prompts/answer/win_rate_vs_against"] == report["metrics"]["answer/win_rate_vs_against"]
     assert on_bench["prompts/task_accuracy/n"] == 11.0
+
+
+def test_prompts_longer_than_a_gpt2_policy_reads_are_cut_and_noted(gpt2_policy_dir, tmp_path):
+    """A learned position table (GPT-2, OPT) used to crash generation on a long prompt (exit 3)."""
+    data, out = tmp_path / "long.jsonl", tmp_path / "out"
+    rows = [{"prompt": "Read this first. " * 40 + "What is 2 plus 3?", "answer": 5}, {"prompt": "Hi?"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = runner.invoke(
+        app,
+        ["eval", "policy", "--model", str(gpt2_policy_dir), "--data", str(data), "--output", str(out),
+         "--against", str(gpt2_policy_dir), *QUICK],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["rows"]["scored"] == 2 and report["metrics"]["task_accuracy/n"] == 1.0
+    cut = [n for n in report["notes"] if "prompts were longer than" in n]
+    assert cut == [
+        "1 of 2 prompts were longer than the policy reads (48 positions less max_new_tokens 6): "
+        "each was cut to its last 42 tokens",
+        "1 of 2 prompts were longer than the --against model reads (48 positions less max_new_tokens 6): "
+        "each was cut to its last 42 tokens",
+    ]
