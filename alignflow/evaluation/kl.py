@@ -12,44 +12,9 @@ from typing import Any
 
 import torch
 
-from alignflow.losses.functional import logprobs_from_logits, sequence_logprobs
+from alignflow.losses.functional import logprobs_from_logits
 from alignflow.models.positions import prompt_token_budget
-from alignflow.models.prompting import format_prompt, prompt_batch
-
-
-def _encode(tokenizer: Any, prompt: Any, completion: str) -> tuple[list[int], int]:
-    prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
-    return prompt_ids + completion_ids, len(prompt_ids)
-
-
-@torch.no_grad()
-def completion_logprobs(
-    model: Any, tokenizer: Any, prompts: Sequence[Any], completions: Sequence[str], batch_size: int = 32
-) -> list[torch.Tensor]:
-    """Per-token log-probs of each completion given its prompt (one 1-D tensor per row)."""
-    model.eval()
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    rows: list[torch.Tensor] = []
-    for start in range(0, len(prompts), batch_size):
-        encoded = [
-            _encode(tokenizer, p, c)
-            for p, c in zip(
-                prompts[start : start + batch_size], completions[start : start + batch_size], strict=True
-            )
-        ]
-        width = max(len(ids) for ids, _ in encoded)
-        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, (ids, _) in enumerate(encoded):  # right padding: positions stay aligned
-            input_ids[i, : len(ids)] = torch.tensor(ids)
-            mask[i, : len(ids)] = 1
-        logprobs = sequence_logprobs(model, input_ids.to(device), mask.to(device)).cpu()
-        for i, (ids, prompt_len) in enumerate(encoded):
-            # logprobs[:, t] scores token t+1, so completion tokens start at prompt_len - 1
-            rows.append(logprobs[i, prompt_len - 1 : len(ids) - 1])
-    return rows
+from alignflow.models.prompting import prompt_batch
 
 
 @torch.no_grad()

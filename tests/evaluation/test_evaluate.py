@@ -9,11 +9,8 @@ from alignflow.evaluation import evaluate, plots
 from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import RewardModelJudge
-from alignflow.evaluation.kl import completion_logprobs
 from alignflow.evaluation.report import EvalReport, read_report, samples_table, write_report
-from alignflow.losses.functional import sequence_logprobs
 from alignflow.models import load_causal_lm
-from alignflow.models.prompting import format_prompt
 from alignflow.registry import promotion
 from alignflow.registry.tracking import log_report
 
@@ -101,19 +98,6 @@ def test_length_blow_up_is_reported(eval_records):
     long = [s + " " + "and so on " * 10 for s in short]
     report = evaluate.evaluate_policy_completions(prompts, metadata, long, short, judges=[])
     assert report.metrics["eval/length_growth_ratio"] > 3
-
-
-def test_completion_logprobs_match_a_direct_forward_pass(tiny_model_dir):
-    model, tokenizer = load_causal_lm(tiny_model_dir)
-    prompt, completion = "What is 2 plus 2?", "The answer is 4."
-    ours, _ = completion_logprobs(model, tokenizer, [prompt, "x"], [completion, "y y y y y y y y"])
-    prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([prompt_ids + completion_ids])
-    with torch.no_grad():
-        direct = sequence_logprobs(model, ids)[0, len(prompt_ids) - 1 :]
-    assert ours.shape == (len(completion_ids),)
-    torch.testing.assert_close(ours, direct, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow
