@@ -23,7 +23,6 @@ class DataConfig(BaseModel):
         "{'0': 'a', '1': 'b'} for PKU-SafeRLHF's better_response_id or {'1': 'a', '0': 'b'} for SHP's "
         "labels; replaces the default reading (1/2, a/b, model_a/model_b, tie...)",
     )
-
     max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="fail when more rows are bad")
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     split_seed: int = 0
