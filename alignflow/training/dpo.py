@@ -29,6 +29,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    require_length_fits,
     resolve_start_model,
     trainer_arguments,
 )
@@ -167,6 +168,7 @@ def run_dpo(
         callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
         **trainer_kwargs,
     )
+    require_length_fits(trainer.model, tokenizer, stage.max_length, f"dpo.max_length ({stage.method})", start)
     metrics: dict[str, float] = reference_metrics(trainer)
     if eval_ds is not None:
         metrics.update(_prefixed(trainer.evaluate(), "before_"))

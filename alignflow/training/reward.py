@@ -32,7 +32,6 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
-from alignflow.models.positions import position_limit
 from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import (
     RewardMeta,
@@ -50,6 +49,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    require_length_fits,
     resolve_start_model,
     trainer_arguments,
 )
@@ -339,11 +339,7 @@ def run_reward(
     init = model_init_kwargs(config.model)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names), **init)
     model.config.pad_token_id = tokenizer.pad_token_id
-    limit = position_limit(model, tokenizer)
-    if limit is not None and stage.max_length > limit:  # would index past the position table mid-run
-        raise ValueError(
-            f"reward.max_length {stage.max_length} exceeds the {limit} positions of backbone {path}"
-        )
+    require_length_fits(model, tokenizer, stage.max_length, "reward.max_length", f"backbone {path}")
     freeze_lower_layers(model, stage.freeze_layers)
 
     train_pairs = load_pairs(data_dir, "train")

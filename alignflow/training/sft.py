@@ -24,6 +24,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    require_length_fits,
     resolve_start_model,
     trainer_arguments,
 )
@@ -72,6 +73,7 @@ def run_sft(
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     tokenizer = AutoTokenizer.from_pretrained(start)
     model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
+    require_length_fits(model, tokenizer, stage.max_length, "sft.max_length", start)
     train_ds, eval_ds = to_text_dataset(train_rows, tokenizer), to_text_dataset(eval_rows, tokenizer)
 
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=bool(eval_rows))

@@ -32,6 +32,7 @@ from alignflow import progress
 from alignflow.data.pairing import corpus_texts
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
+from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
 from alignflow.training.checkpoints import CHECKPOINTS
 from alignflow.training.stage_config import StageConfig
@@ -130,6 +131,14 @@ def trainer_arguments(
     }
     args.update(config.extra_args)
     return {k: v for k, v in args.items() if v is not None or k == "save_total_limit"}
+
+
+def require_length_fits(model: Any, tokenizer: Any, length: int | None, key: str, source: Any) -> None:
+    """Refuse a stage's ``length`` beyond the model's table of absolute positions (BERT, GPT-2,
+    OPT) before any step: the first long row would index past the table mid-run."""
+    limit = position_limit(model, tokenizer)
+    if limit is not None and length is not None and length > limit:
+        raise ValueError(f"{key} {length} exceeds the {limit} positions of {source}")
 
 
 def filter_known_args(config_cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
