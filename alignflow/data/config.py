@@ -51,5 +51,5 @@ class DataConfig(BaseModel):
     def _values_as_keys(cls, values: object) -> object:
         # YAML reads `{0: a, 1: b}` with integer keys; rows are matched on label_key's spelling
         if isinstance(values, dict):
-            return {label_key(k) if not isinstance(k, str) else k.strip(): v for k, v in values.items()}
+            return {label_key(k): v for k, v in values.items()}
         return values

@@ -110,7 +110,7 @@ def normalize_row(
     mapped = apply_mapping(row, mapping or {})
     kind = detect_kind(mapped)
     labelled = kind == "labelled"
-    record = _labelled(mapped, preferred_values or None) if labelled else _NORMALISERS[kind](mapped)
+    record = _labelled(mapped, preferred_values) if labelled else _NORMALISERS[kind](mapped)
     record["id"] = None if mapped.get("id") is None else str(mapped["id"])
     record["source"] = None if mapped.get("source") is None else str(mapped["source"])
     record["metadata"] = _metadata(mapped)
@@ -198,7 +198,7 @@ def _prompt(row: dict[str, Any]) -> dict[str, Any]:
 
 def _winner(preferred: Any, preferred_values: dict[str, str] | None) -> str:
     """'a', 'b' or 'tie' for a labelled pair's ``preferred`` value; RowError when it names neither."""
-    if preferred_values is not None:
+    if preferred_values:
         key = label_key(preferred)
         if key in preferred_values:
             return preferred_values[key]

@@ -49,16 +49,21 @@ def load_pretrained(
     return require_finite_weights(model, path)
 
 
-def require_finite_weights(model: Any, path: str | Path) -> Any:
-    """``model``, unless a weight is NaN or infinite (a diverged checkpoint): it would load, then
-    score NaN or fail mid-generation, far from the cause."""
+def non_finite_tensors(model: Any) -> list[str]:
+    """Names of the floating-point weights holding a NaN or an infinity (a diverged model)."""
     import torch
 
-    broken = [
+    return [
         name
         for name, tensor in model.state_dict().items()
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
     ]
+
+
+def require_finite_weights(model: Any, path: str | Path) -> Any:
+    """``model``, unless a weight is NaN or infinite (a diverged checkpoint): it would load, then
+    score NaN or fail mid-generation, far from the cause."""
+    broken = non_finite_tensors(model)
     if broken:
         raise ModelLoadError(
             f"{path}: NaN or infinite weights in {len(broken)} tensors ({first_few(broken)})"

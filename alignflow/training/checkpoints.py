@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from alignflow.models.loading import ModelLoadError, require_finite_weights
+from alignflow.models.loading import first_few, non_finite_tensors
 
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
@@ -125,10 +125,12 @@ def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True)
 def refuse_diverged_weights(model: Any, step: int, target: Path) -> None:
     """Raise :class:`TrainingDiverged` rather than save NaN or infinite weights to ``target``:
     the next stage, the evaluation and the registry would all refuse them later."""
-    try:
-        require_finite_weights(model, f"the model trained at step {step}")
-    except ModelLoadError as exc:
-        raise TrainingDiverged(f"{exc}: not saved to {target}") from exc
+    broken = non_finite_tensors(model)
+    if broken:
+        raise TrainingDiverged(
+            f"the model trained at step {step}: NaN or infinite weights in {len(broken)} tensors "
+            f"({first_few(broken)}): not saved to {target}"
+        )
 
 
 def save_final_model(trainer: Any, output_dir: str | Path, merge_lora: bool = True) -> Path:
