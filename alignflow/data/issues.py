@@ -20,6 +20,7 @@ class Reason(StrEnum):
     FILE_EMPTY = "file_empty"
     INVALID_JSON = "invalid_json"
     NOT_AN_OBJECT = "not_an_object"
+    MALFORMED_CSV = "malformed_csv"  # e.g. an unbalanced quote: the record is set aside, not merged
     # shape and fields
     UNKNOWN_SHAPE = "unknown_shape"
     MISSING_FIELD = "missing_field"

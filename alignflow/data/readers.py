@@ -37,6 +37,9 @@ _SUFFIX_FORMATS = {
 _GZIP_MAGIC = b"\x1f\x8b"
 # Excel and Windows tools start UTF-8 text files with a byte-order mark; it is not part of the data
 _UTF8_BOM = b"\xef\xbb\xbf"
+# a cell beyond the csv module's 128 KiB default is still a row: the length checks judge it and
+# name its row, where the cap would make the record unreadable
+csv.field_size_limit(2**31 - 1)
 _SPLIT_ALIASES = {
     "train": "train",
     "training": "train",
@@ -250,25 +253,63 @@ def _read_json(file: Path, split: str | None) -> Iterator[RawRow]:
             )
 
 
+@dataclass
+class _CsvRecord:
+    line: int  # the physical line the record starts on
+    cells: list[str] | None  # None when the record is not valid CSV
+    error: str = ""
+    text: str = ""  # the record's first line, kept for the quarantine when it is malformed
+
+
+def _csv_records(text: str) -> Iterator[_CsvRecord]:
+    """The non-blank records of ``text``, parsed strictly.
+
+    A lenient parse lets an unbalanced quote swallow every line up to the next quote (or the
+    end of the file) into one cell, so rows vanish into their neighbour. Strictly, that is an
+    error: the record is reported as malformed and reading resumes on the line after its first,
+    so the rows it would have swallowed are still read.
+    """
+    lines = io.StringIO(text, newline="").readlines()
+    start = 0
+    while start < len(lines):
+        reader = csv.reader(lines[start:], strict=True)
+        consumed = 0
+        try:
+            for cells in reader:
+                first, consumed = start + consumed + 1, reader.line_num
+                if cells:
+                    yield _CsvRecord(first, cells)
+            return
+        except csv.Error as exc:
+            first = start + consumed + 1
+            yield _CsvRecord(first, None, str(exc), lines[first - 1].rstrip("\r\n"))
+            start = first
+
+
 def _read_csv(file: Path, split: str | None) -> Iterator[RawRow]:
     name = str(file)
-    reader = csv.DictReader(io.StringIO(_read_text(file), newline=""))
-    for number, row in enumerate(reader, start=1):
-        if None in row:  # more cells than header columns
-            yield RawRow(
-                name,
-                number,
-                None,
-                split,
-                Issue(
-                    Reason.UNKNOWN_SHAPE,
-                    "row has more cells than the header",
-                    name,
-                    number,
-                    original=row[None],
-                ),
+    records = _csv_records(_read_text(file))
+    header = next(records, None)
+    if header is None:
+        return
+    if header.cells is None:
+        raise ValueError(f"the header (line {header.line}) is not valid CSV: {header.error}")
+    columns = header.cells
+    for number, record in enumerate(records, start=1):
+        if record.cells is None:
+            message = (
+                f"the record starting at line {record.line} is not valid CSV ({record.error}), "
+                f"most likely an unbalanced quote; reading resumed at line {record.line + 1}"
             )
+            issue = Issue(Reason.MALFORMED_CSV, message, name, number, original=record.text)
+            yield RawRow(name, number, None, split, issue)
             continue
+        if len(record.cells) > len(columns):
+            extra = record.cells[len(columns) :]
+            issue = Issue(Reason.UNKNOWN_SHAPE, "row has more cells than the header", name, number, original=extra)
+            yield RawRow(name, number, None, split, issue)
+            continue
+        row = dict.fromkeys(columns) | dict(zip(columns, record.cells))
         # an empty CSV cell is an absent value, not an empty string
         yield RawRow(name, number, {k: (v if v != "" else None) for k, v in row.items()}, split)
 

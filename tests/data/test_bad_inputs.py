@@ -45,6 +45,15 @@ def raw_line(line: bytes):
     return make
 
 
+def unbalanced_csv_quote(tmp: Path):
+    """A CSV whose third row opens a quote it never closes."""
+    lines = [f"{r['prompt']},{r['chosen']},{r['rejected']}\n" for r in good_rows()]
+    lines.insert(2, 'p,"unclosed,r\n')
+    path = tmp / "in.csv"
+    path.write_text("prompt,chosen,rejected\n" + "".join(lines), encoding="utf-8")
+    return path, 3
+
+
 def truncated_gzip(tmp: Path):
     data = gzip.compress("".join(json.dumps(r) + "\n" for r in good_rows(200)).encode())
     path = tmp / "in.jsonl.gz"
@@ -96,6 +105,7 @@ CASES = {
     "invalid_utf8": raw_line(b'{"prompt": "p", "chosen": "caf\xe9", "rejected": "r"}'),
     "invalid_json": raw_line(b'{"prompt": "p", "chosen": '),
     "not_an_object": raw_line(b'["prompt", "chosen"]'),
+    "malformed_csv": unbalanced_csv_quote,
     "unknown_shape": with_bad_row({"title": "q", "body": "a"}),
     "bad_chat_structure": with_bad_row(
         {

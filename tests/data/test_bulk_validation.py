@@ -115,7 +115,7 @@ def corpus(tmp: Path) -> list[Path]:
     truncated.write_bytes(data[: len(data) // 2])
     (tmp / "empty.jsonl").write_bytes(b"")
     (tmp / "broken.parquet").write_bytes(b"PAR1 not really")
-    (tmp / "wide.csv").write_text("prompt,chosen,rejected\np,c,r,extra\nq,c,r\n", encoding="utf-8")
+    (tmp / "wide.csv").write_text('prompt,chosen,rejected\np,c,r,extra\nq,"c,r\nz,c,r\n', encoding="utf-8")
     splits = tmp / "splits"
     splits.mkdir()
     split_pair = lambda i, side: {**pair(i), "prompt": f"Split question {i}", "rejected": f"{side} {i}"}  # noqa: E731
