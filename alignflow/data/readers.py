@@ -306,10 +306,11 @@ def _read_csv(file: Path, split: str | None) -> Iterator[RawRow]:
             continue
         if len(record.cells) > len(columns):
             extra = record.cells[len(columns) :]
-            issue = Issue(Reason.UNKNOWN_SHAPE, "row has more cells than the header", name, number, original=extra)
+            message = "row has more cells than the header"
+            issue = Issue(Reason.UNKNOWN_SHAPE, message, name, number, original=extra)
             yield RawRow(name, number, None, split, issue)
             continue
-        row = dict.fromkeys(columns) | dict(zip(columns, record.cells))
+        row = dict.fromkeys(columns) | dict(zip(columns, record.cells, strict=False))  # short rows: None
         # an empty CSV cell is an absent value, not an empty string
         yield RawRow(name, number, {k: (v if v != "" else None) for k, v in row.items()}, split)
 

@@ -13,15 +13,18 @@ HEADER = "prompt,chosen,rejected\n"
 
 
 def rows_of(n: int, start: int = 0) -> str:
-    return "".join(f"What is {i} plus 1?,The answer is {i + 1}.,I think {i}\n" for i in range(start, start + n))
+    lines = (f"What is {i} plus 1?,The answer is {i + 1}.,I think {i}\n" for i in range(start, start + n))
+    return "".join(lines)
 
 
 def test_an_unterminated_quote_does_not_swallow_the_rest_of_the_file(tmp_path):
     path = tmp_path / "pairs.csv"
-    path.write_text(HEADER + rows_of(2) + 'Open quote?,"never closed,no\n' + rows_of(5, start=10), encoding="utf-8")
+    broken = 'Open quote?,"never closed,no\n'
+    path.write_text(HEADER + rows_of(2) + broken + rows_of(5, start=10), encoding="utf-8")
     validated = validate_paths(path, DataConfig(max_bad_fraction=1.0))
     assert validated.report["input_rows"] == 8
-    assert [e.record["prompt"] for e in validated.kept] == [f"What is {i} plus 1?" for i in [0, 1, 10, 11, 12, 13, 14]]
+    kept = [e.record["prompt"] for e in validated.kept]
+    assert kept == [f"What is {i} plus 1?" for i in [0, 1, 10, 11, 12, 13, 14]]
     [issue] = validated.issues
     assert (issue.code, issue.file, issue.row) == ("malformed_csv", str(path), 3)
     assert "line 4" in issue.message and "quote" in issue.message
@@ -34,7 +37,8 @@ def test_a_quote_closed_by_a_later_row_merges_nothing(tmp_path):
     text = HEADER + 'Q1,"stray,r1\nQ2,c2,r2\nQ3,"quoted, fine",r3\nQ4,c4,r4\n'
     path.write_text(text, encoding="utf-8")
     rows = list(read_rows(path))
-    assert [r.issue.code if r.issue else r.data["prompt"] for r in rows] == ["malformed_csv", "Q2", "Q3", "Q4"]
+    verdicts = [r.issue.code if r.issue else r.data["prompt"] for r in rows]
+    assert verdicts == ["malformed_csv", "Q2", "Q3", "Q4"]
     assert rows[2].data["chosen"] == "quoted, fine"
     assert [r.row for r in rows] == [1, 2, 3, 4]
 
