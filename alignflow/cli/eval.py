@@ -229,6 +229,9 @@ def reward(
 ) -> None:
     """Score every valid pair of a file with a reward model.
 
+    Scored responses (prompt/response/score, on data.score_range) are paired per prompt,
+    the higher score chosen, and the report adds the rank correlation of reward with score.
+
     Reports accuracy with its 95% interval, ECE, mean margin, length bias (accuracy when
     the chosen answer is longer vs shorter, their gap, and the Spearman correlation of
     reward with length in characters), and per subset with --subset-column.
@@ -246,7 +249,8 @@ def reward(
             {"kind": "reward", "model": {"ref": model}},
             bench,
             output,
-            f"{data}: no valid pair rows to score (prompt/chosen/rejected)",
+            f"{data}: no valid pair rows to score (prompt/chosen/rejected, or two scored responses "
+            "to one prompt)",
         )
     from alignflow.evaluation.benchmark import evaluate_reward_benchmark
     from alignflow.models.reward_scorer import load_reward_scorer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,6 +23,11 @@ class DataConfig(BaseModel):
         description="labelled pairs: which response each value of the preferred column names, e.g. "
         "{'0': 'a', '1': 'b'} for PKU-SafeRLHF's better_response_id or {'1': 'a', '0': 'b'} for SHP's "
         "labels; replaces the default reading (1/2, a/b, model_a/model_b, tie...)",
+    )
+    score_range: tuple[float, float] = Field(
+        (0.0, 1.0),
+        description="scored rows: the scale their score is on, e.g. [0, 4] for HelpSteer2's ratings or "
+        "[1, 10] for UltraFeedback's; scores are rescaled to [0, 1] and rows outside the scale quarantined",
     )
     max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="fail when more rows are bad")
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
@@ -45,6 +51,14 @@ class DataConfig(BaseModel):
     demo_phrasings: int = Field(
         1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
     )
+
+    @field_validator("score_range")
+    @classmethod
+    def _low_below_high(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"data.score_range must be [low, high], finite, low < high; got {list(value)}")
+        return value
 
     @field_validator("preferred_values", mode="before")
     @classmethod

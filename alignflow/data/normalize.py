@@ -101,16 +101,22 @@ def normalize_row(
     row: dict[str, Any],
     mapping: dict[str, str] | None = None,
     preferred_values: dict[str, str] | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
 ) -> dict[str, Any]:
     """One input row -> one canonical record (``kind`` set, extra columns in metadata).
 
     ``preferred_values`` says which response each value of a labelled pair's ``preferred``
     column names ('a', 'b' or 'tie'); without it the common spellings are read (1/2, a/b...).
+    ``score_range`` is the scale a scored row's score is on; the record holds it in [0, 1].
     """
     mapped = apply_mapping(row, mapping or {})
     kind = detect_kind(mapped)
-    labelled = kind == "labelled"
-    record = _labelled(mapped, preferred_values) if labelled else _NORMALISERS[kind](mapped)
+    if kind == "labelled":
+        record = _labelled(mapped, preferred_values)
+    elif kind == "scored":
+        record = _scored(mapped, score_range)
+    else:
+        record = _NORMALISERS[kind](mapped)
     record["id"] = None if mapped.get("id") is None else str(mapped["id"])
     record["source"] = None if mapped.get("source") is None else str(mapped["source"])
     record["metadata"] = _metadata(mapped)
@@ -159,18 +165,22 @@ def _labelled(row: dict[str, Any], preferred_values: dict[str, str] | None = Non
     return _pair({"prompt": row.get("prompt"), "chosen": chosen, "rejected": rejected})
 
 
-def _scored(row: dict[str, Any]) -> dict[str, Any]:
+def _scored(row: dict[str, Any], score_range: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
     completion = row.get("completion") if row.get("completion") is not None else row.get("response")
     if completion is None:
         raise RowError(Reason.MISSING_FIELD, "'response' is missing", "response")
     score = _number(row, "score")
     if math.isnan(score):
         raise RowError(Reason.SCORE_INVALID, "score is NaN", "score")
+    low, high = score_range
+    if not low <= score <= high:
+        message = f"score {score:g} is outside [{low:g}, {high:g}] (data.score_range)"
+        raise RowError(Reason.SCORE_OUT_OF_RANGE, message, "score")
     return {
         "kind": RecordKind.SCORED,
         "prompt": _required(row, "prompt"),
         "completion": completion,
-        "score": score,
+        "score": (score - low) / (high - low),
     }
 
 
@@ -349,9 +359,8 @@ def _prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
-_NORMALISERS = {
+_NORMALISERS = {  # the kinds with no option of their own (labelled and scored rows take one)
     "pair": _pair,
-    "scored": _scored,
     "unpaired": _unpaired,
     "prompt": _prompt,
 }

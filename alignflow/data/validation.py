@@ -283,8 +283,9 @@ class _Run:
         return f"{self.files[packed >> _ROW_BITS]}:{None if row < 0 else row}"
 
     def normalize(self, data: dict[str, Any]) -> dict[str, Any]:
-        """One row as a canonical record under the config's column mapping and label coding."""
-        return normalize_row(data, self.mapping, self.config.preferred_values)
+        """One row as a canonical record under the config's column mapping, label coding and score scale."""
+        config = self.config
+        return normalize_row(data, self.mapping, config.preferred_values, config.score_range)
 
     def _issue(self, code: Reason, message: str, raw: RawRow, field_name: str | None) -> Issue:
         return Issue(code, message, raw.file, raw.row, field_name, raw.data if self.keep else None)

@@ -26,7 +26,10 @@ import numpy as np
 from alignflow.data.checks import as_text, near_key_text
 from alignflow.data.config import DataConfig
 from alignflow.data.issues import Issue
+from alignflow.data.normalize import scored_to_pairs
 from alignflow.data.readers import read_rows
+from alignflow.data.schema import RecordKind
+from alignflow.data.split import prompt_key
 from alignflow.data.validation import (
     Entry,
     describe_inputs,
@@ -38,7 +41,7 @@ from alignflow.evaluation.calibration import pairwise_report
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import Estimate, is_bound_key, put_estimate, wilson, wilson_of
 from alignflow.evaluation.judges import Judge, Scorer
-from alignflow.evaluation.metrics import completion_lengths, mean, preference_pairs, score_pairs
+from alignflow.evaluation.metrics import completion_lengths, mean, preference_pairs
 from alignflow.models.prompting import completion_text
 
 MISSING_SUBSET = "(missing)"
@@ -64,7 +67,12 @@ class Benchmark:
         return [entry.record for entry in self.entries]
 
     def pairs(self) -> list[dict[str, Any]]:
-        return preference_pairs(self.records)
+        """The labelled pairs, then those formed from scored responses to one prompt
+        (HelpSteer2-style files: the higher score is chosen, equal scores form no pair)."""
+        return [*preference_pairs(self.records), *scored_to_pairs(self.records)]
+
+    def scored_responses(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == RecordKind.SCORED]
 
     def rows(self, scored: int) -> dict[str, Any]:
         """Where every row read went: scored, valid but not scorable here, or quarantined."""
@@ -217,16 +225,53 @@ class ScoredPairs:
         )
 
 
+def raw_scorer(scorer: Scorer) -> Scorer:
+    """A scorer's un-normalised ``raw`` when it has one: calibration reads the real margins."""
+    return getattr(scorer, "raw", scorer)
+
+
+def score_once(scorer: Scorer, prompts: Sequence[Any], completions: Sequence[str]) -> list[float]:
+    """``scorer`` on each (prompt, completion), every distinct one scored once: a response to a
+    prompt with four scored answers sits in three formed pairs."""
+    keys = [(prompt_key(p), c) for p, c in zip(prompts, completions, strict=True)]
+    first: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    rewards = scorer([prompts[i] for i in first.values()], [completions[i] for i in first.values()])
+    by_key = dict(zip(first, rewards, strict=True))
+    return [by_key[key] for key in keys]
+
+
 def score_benchmark_pairs(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> ScoredPairs:
-    """Raw scores (a scorer's un-normalised ``raw`` when it has one: calibration reads the
-    real margins) and the lengths in characters of every chosen and rejected response."""
-    chosen, rejected = score_pairs(getattr(scorer, "raw", scorer), pairs)
+    """Raw scores and the lengths in characters of every chosen and rejected response."""
+    chosen = [completion_text(p["chosen"]) for p in pairs]
+    rejected = [completion_text(p["rejected"]) for p in pairs]
+    prompts = [p["prompt"] for p in pairs]
+    rewards = score_once(raw_scorer(scorer), [*prompts, *prompts], [*chosen, *rejected])
     return ScoredPairs(
-        chosen,
-        rejected,
-        completion_lengths([completion_text(p["chosen"]) for p in pairs]),
-        completion_lengths([completion_text(p["rejected"]) for p in pairs]),
+        rewards[: len(pairs)],
+        rewards[len(pairs) :],
+        completion_lengths(chosen),
+        completion_lengths(rejected),
     )
+
+
+def scored_response_figures(
+    scorer: Scorer, responses: Sequence[Mapping[str, Any]], formed: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """How a reward model's scores of scored responses follow their scores: the Spearman rank
+    correlation over all of them, and how many sat in a formed pair."""
+    texts = [completion_text(r["completion"]) for r in responses]
+    rewards = score_once(raw_scorer(scorer), [r["prompt"] for r in responses], texts)
+    sides = ((p["prompt"], side) for p in formed for side in (p["chosen"], p["rejected"]))
+    in_pairs = {(prompt_key(prompt), completion_text(side)) for prompt, side in sides}
+    paired = sum((prompt_key(r["prompt"]), t) in in_pairs for r, t in zip(responses, texts, strict=True))
+    return {
+        "responses": len(responses),
+        "paired": paired,
+        "pairs": len(formed),
+        "spearman_reward_score": spearman(rewards, [r["score"] for r in responses]),
+    }
 
 
 def pair_figures(scored: ScoredPairs) -> dict[str, Any]:
@@ -280,15 +325,25 @@ def evaluate_reward_benchmark(
         )
     scored = score_benchmark_pairs(scorer, pairs)
     bias = length_bias(scored.chosen, scored.rejected, scored.chosen_lengths, scored.rejected_lengths)
+    labelled = len(preference_pairs(benchmark.records))
+    responses = benchmark.scored_responses()
+    from_scores = scored_response_figures(scorer, responses, pairs[labelled:]) if responses else None
     report: dict[str, Any] = {
         "kind": "reward",
         "benchmark": benchmark_info(benchmark),
-        "rows": benchmark.rows(len(pairs)),
+        "rows": benchmark.rows(labelled + (from_scores["paired"] if from_scores else 0)),
         **pair_figures(scored),
         "length_bias": bias.as_dict(),
+        "scored_responses": from_scores,
         "subsets": None,
         "notes": [],
     }
+    if from_scores:
+        report["notes"].append(
+            f"{from_scores['pairs']} pairs formed from {from_scores['paired']} of {from_scores['responses']} "
+            "scored responses (per prompt, the higher score is chosen; equal scores and a prompt's only "
+            "response form none)"
+        )
     if report["nonfinite_rewards"]:
         report["notes"].append(
             f"{report['nonfinite_rewards']} of {2 * len(pairs)} rewards are not finite (NaN/inf): "
@@ -327,6 +382,8 @@ def reward_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
     metrics["length_bias/gap"] = bias["gap"]
     metrics["length_bias/spearman_reward_length"] = bias["spearman_reward_length"]
     metrics |= _row_metrics(report["rows"])
+    if report.get("scored_responses"):
+        metrics["scored/spearman_reward_score"] = report["scored_responses"]["spearman_reward_score"]
     for value, figures in ((report.get("subsets") or {}).get("groups") or {}).items():
         _estimate(metrics, f"subset/{value}/reward_accuracy", figures["accuracy"])
     return metrics

@@ -177,6 +177,33 @@ def test_a_benchmark_coding_its_winner_as_an_index_is_read_with_preferred_values
     assert (report["scored"], report["quarantined"]) == (6, 0)
 
 
+def test_a_benchmark_of_rated_responses_is_paired_per_prompt(reward_model_dir, tmp_path):
+    """HelpSteer2 rates each response 0-4: pairs come from two ratings of one prompt."""
+    data, out = tmp_path / "helpsteer2.jsonl", tmp_path / "out"
+    rows = [
+        {"prompt": f"Question {i}?", "response": f"Answer {i}{side}, rated {rating}", "helpfulness": rating}
+        for i in range(5)
+        for side, rating in (("a", i), ("b", 4 - i % 3))
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--model", str(reward_model_dir), "--data", str(data), "--output", str(out)]
+    args += ["--set", "data.column_mapping.helpfulness=score"]
+
+    result = _invoke(*args)  # ratings above 1 are off the default [0, 1] scale: no pair is left
+    assert result.exit_code == 1, result.output
+    rows_report = json.loads((out / "report.json").read_text())["rows"]
+    assert rows_report["quarantined_by_reason"] == {"score_out_of_range": 8}
+    assert "outside [0, 1] (data.score_range)" in result.output
+
+    result = _invoke(*args, "--set", "data.score_range=[0, 4]")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["pairs"] == 4 and report["rows"]["scored"] == 8  # question 2 is rated 2 twice
+    assert report["rows"]["valid_not_scored"] == 2 and report["rows"]["quarantined"] == 0
+    assert -1.0 <= report["scored_responses"]["spearman_reward_score"] <= 1.0
+    assert "scored/spearman_reward_score" in result.output
+
+
 @pytest.mark.slow
 def test_evaluation_run_lands_on_the_registered_version(reward_model_dir, tmp_path, monkeypatch):
     from alignflow.registry import models

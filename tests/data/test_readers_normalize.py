@@ -258,3 +258,14 @@ def test_user_splits_from_a_datasets_dict_are_kept(tmp_path):
     )
     validated = validate_paths(tmp_path / "hf", DataConfig())
     assert sorted(e.split for e in validated.kept) == ["eval", "train", "train", "train"]
+
+
+def test_scores_are_rescaled_from_the_declared_scale():
+    row = {"prompt": "p", "response": "r", "score": 3}
+    assert normalize_row(row, score_range=(1.0, 5.0))["score"] == 0.5
+    assert normalize_row({**row, "score": 0.25})["score"] == 0.25  # the default scale is [0, 1]
+    with pytest.raises(RowError, match=r"score 6 is outside \[1, 5\]") as caught:
+        normalize_row({**row, "score": 6}, score_range=(1.0, 5.0))
+    assert (caught.value.code, caught.value.field) == ("score_out_of_range", "score")
+    with pytest.raises(ValueError, match="low < high"):
+        DataConfig(score_range=(5, 1))

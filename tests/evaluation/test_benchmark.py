@@ -149,3 +149,52 @@ def test_rewards_that_are_not_numbers_are_counted_and_noted(tmp_path):
     assert report["nonfinite_rewards"] == 5 and report["accuracy"]["value"] == 0.0
     assert report["ece"] != report["ece"]  # NaN: not measurable, never 0
     assert any("5 of 10 rewards are not finite" in note for note in report["notes"])
+
+
+def helpsteer_rows() -> list[dict]:
+    """HelpSteer2's shape: responses rated 0-4, two or more per prompt, one lone, one tie."""
+    rows = []
+    for i in range(4):
+        for rating in (0, 2, 4):
+            answer = "word " * (rating + 1) + str(i)
+            rows.append({"prompt": f"q{i}", "response": answer, "helpfulness": rating})
+    rows.append({"prompt": "lone", "response": "only answer", "helpfulness": 3})
+    rows += [{"prompt": "tied", "response": f"same score {k}", "helpfulness": 1} for k in range(2)]
+    return rows
+
+
+def test_scored_responses_to_one_prompt_are_paired_and_correlated(tmp_path):
+    from alignflow.data.config import DataConfig
+
+    path = write_jsonl(tmp_path / "helpsteer.jsonl", helpsteer_rows())
+    config = DataConfig(column_mapping={"helpfulness": "score"}, score_range=(0, 4))
+    bench = benchmark.read_benchmark(path, config)
+    calls: list[int] = []
+
+    def counting(prompts, completions):
+        calls.append(len(completions))
+        return length_scorer(prompts, completions)
+
+    report = benchmark.evaluate_reward_benchmark(counting, bench)
+    assert report["pairs"] == 12 and report["accuracy"]["value"] == 1.0  # 3 ratings -> 3 pairs per prompt
+    scored = report["scored_responses"]
+    assert (scored["responses"], scored["paired"]) == (15, 12)
+    assert scored["spearman_reward_score"] > 0.9
+    assert report["metrics"]["scored/spearman_reward_score"] == scored["spearman_reward_score"]
+    rows = report["rows"]
+    assert (rows["read"], rows["scored"], rows["valid_not_scored"], rows["quarantined"]) == (15, 12, 3, 0)
+    assert "12 pairs formed from 12 of 15 scored responses" in report["notes"][0]
+    assert calls == [12, 15], "each distinct response is scored once per pass, not once per pair"
+
+    shortest_wins = benchmark.evaluate_reward_benchmark(lambda p, c: [-x for x in length_scorer(p, c)], bench)
+    assert shortest_wins["accuracy"]["value"] == 0.0
+    assert shortest_wins["scored_responses"]["spearman_reward_score"] < -0.9
+
+
+def test_scores_off_the_declared_scale_are_quarantined(tmp_path):
+    from alignflow.data.config import DataConfig
+
+    path = write_jsonl(tmp_path / "helpsteer.jsonl", helpsteer_rows())
+    bench = benchmark.read_benchmark(path, DataConfig(column_mapping={"helpfulness": "score"}))
+    assert bench.validation["counts_by_reason"] == {"score_out_of_range": 9}  # ratings 2, 4 and 3 on [0, 1]
+    assert "data.score_range" in bench.issues[0].message
