@@ -89,6 +89,42 @@ def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[st
         return retrain(str(config) if config else None, overrides, force=force)
 
 
+def input_failures() -> tuple[type[BaseException], ...]:
+    """Failures caused by the data, the config or a model rather than by alignflow.
+
+    They stop a run with their message alone (file, row, field, step...); a traceback
+    through Prefect's engine would bury it, so that goes to the log file instead.
+    """
+    from alignflow.config import ConfigError
+    from alignflow.data.pipeline import DataValidationFailed
+    from alignflow.data.readers import FormatError
+    from alignflow.evaluation.golden import GoldenSetError
+    from alignflow.models.loading import ModelLoadError
+    from alignflow.training.checkpoints import TrainingDiverged
+    from alignflow.training.feedback_plan import PlanError
+
+    return (
+        ConfigError,
+        DataValidationFailed,
+        FormatError,
+        GoldenSetError,
+        ModelLoadError,
+        PlanError,
+        TrainingDiverged,
+    )
+
+
+def _report_input_failure(error: BaseException, log_file: Path | None) -> None:
+    import traceback
+
+    if log_file is not None:
+        with log_file.open("a", encoding="utf-8") as log:
+            traceback.print_exception(error, file=log)
+    console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
+    if log_file is not None:
+        console.print(f"log (with the traceback): {log_file}", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
@@ -123,10 +159,15 @@ def register(app: typer.Typer) -> None:
         import flows.unchanged  # noqa: F401
 
         title = f"alignflow run — {pipeline_config.project}"
-        with watched(title, planned_stages(pipeline_config), quiet, "run", console) as log_file:
-            summary = None if force else _unchanged_run(pipeline_config)
-            if summary is None:
-                summary = _run_flow(config, list(overrides), force)
+        log_file = None
+        try:
+            with watched(title, planned_stages(pipeline_config), quiet, "run", console) as log_file:
+                summary = None if force else _unchanged_run(pipeline_config)
+                if summary is None:
+                    summary = _run_flow(config, list(overrides), force)
+        except input_failures() as error:
+            _report_input_failure(error, log_file)
+            raise typer.Exit(1) from None
         render_summary(summary)
         console.print(f"log: {log_file}", soft_wrap=True, highlight=False)
         if summary_json:
