@@ -34,13 +34,16 @@ def position_limit(model: Any, tokenizer: Any) -> int | None:
     return min([*tables, usable] if usable else tables)
 
 
-def prompt_token_budget(tokenizer: Any, max_new_tokens: int, *models: Any) -> int | None:
+def prompt_token_budget(
+    tokenizer: Any, max_new_tokens: int, *models: Any, key: str = "max_new_tokens"
+) -> int | None:
     """The most prompt tokens that leave room for ``max_new_tokens`` in every one of ``models``'
-    positions; None when none has a position table. ValueError when nothing is left for a prompt."""
+    positions; None when none has a position table. ValueError (naming the setting ``key``)
+    when nothing is left for a prompt."""
     limits = [n for n in (position_limit(m, tokenizer) for m in models) if n is not None]
     if not limits:
         return None
     limit = min(limits)
     if max_new_tokens >= limit:
-        raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room for a prompt in {limit} positions")
+        raise ValueError(f"{key} {max_new_tokens} leaves no room for a prompt in {limit} positions")
     return limit - max_new_tokens

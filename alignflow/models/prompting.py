@@ -70,6 +70,19 @@ def prompts_cut(tokenizer: Any, prompts: Sequence[Prompt], budget: int | None) -
     return sum(len(ids) > budget for ids in encoded["input_ids"])
 
 
+def cut_prompt_text(tokenizer: Any, text: str, budget: int) -> str:
+    """``text`` cut from the left until ``tokenizer(text)`` holds at most ``budget`` tokens:
+    for trainers that tokenize prompt text themselves (TRL's GRPO has no prompt limit)."""
+    if len(tokenizer(text)["input_ids"]) <= budget:
+        return text
+    content = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for keep in range(min(budget, len(content)), 0, -1):
+        cut = tokenizer.decode(content[-keep:])
+        if len(tokenizer(cut)["input_ids"]) <= budget:  # decoding and re-reading may merge tokens
+            return cut
+    raise ValueError(f"no tail of the prompt fits in {budget} tokens")
+
+
 @torch.no_grad()
 def generate(
     model: Any,

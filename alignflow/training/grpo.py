@@ -25,7 +25,8 @@ from alignflow.data import demo
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
-from alignflow.models.prompting import completion_text, format_prompt, generate
+from alignflow.models.positions import prompt_token_budget
+from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.stage import (
@@ -146,6 +147,25 @@ def mean_reward(
     return sum(total) / max(len(total), 1)
 
 
+def cut_train_prompts(trainer: Any, tokenizer: Any, stage: Any) -> int:
+    """Cut the training prompts from the left so that each leaves ``max_completion_length``
+    positions in a policy with a position table (GPT-2, OPT); how many were cut.
+
+    TRL's GRPO generates from the whole prompt: one longer than the table allows crashed
+    the first generation with ``IndexError``.
+    """
+    key = "grpo.max_completion_length"
+    budget = prompt_token_budget(tokenizer, stage.max_completion_length, trainer.model, key=key)
+    if budget is None:
+        return 0
+    prompts = trainer.train_dataset["prompt"]
+    cut = [cut_prompt_text(tokenizer, prompt, budget) for prompt in prompts]
+    changed = sum(a != b for a, b in zip(prompts, cut, strict=True))
+    if changed:
+        trainer.train_dataset = trainer.train_dataset.remove_columns("prompt").add_column("prompt", cut)
+    return changed
+
+
 def run_grpo(
     config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
@@ -190,7 +210,7 @@ def run_grpo(
         callbacks=[TrackingCallback({"grpo": stage.model_dump(), "model": config.model.model_dump()})],
         **extra,
     )
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
     if eval_rows:
         n = stage.max_completion_length
         metrics["eval/reward_before"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)

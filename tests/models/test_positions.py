@@ -7,7 +7,7 @@ import torch
 
 from alignflow.models import load_causal_lm
 from alignflow.models.positions import position_limit, prompt_token_budget
-from alignflow.models.prompting import format_prompt, generate, prompt_batch, prompts_cut
+from alignflow.models.prompting import cut_prompt_text, format_prompt, generate, prompt_batch, prompts_cut
 
 LONG = "Please read all of this carefully. " * 20 + "What is 2 plus 3?"
 
@@ -53,3 +53,12 @@ def test_no_room_for_a_prompt_is_a_clear_error(gpt2_policy_dir, tiny_model_dir):
         generate(model, tokenizer, ["Hi?"], max_new_tokens=48)
     llama, _ = load_causal_lm(tiny_model_dir)  # of two models, the smaller table counts
     assert prompt_token_budget(tokenizer, 8, llama, model) == 40
+
+
+def test_prompt_text_is_cut_from_the_left_to_the_budget(gpt2_policy_dir):
+    _, tokenizer = load_causal_lm(gpt2_policy_dir)
+    text = format_prompt(tokenizer, LONG)
+    cut = cut_prompt_text(tokenizer, text, 20)
+    assert len(tokenizer(cut)["input_ids"]) <= 20 < len(tokenizer(text)["input_ids"])
+    assert text.endswith(cut.strip()) and len(cut) > 20, "the tail of the prompt, as text"
+    assert cut_prompt_text(tokenizer, "Hi?", 20) == "Hi?"
