@@ -280,6 +280,7 @@ def pair_figures(scored: ScoredPairs) -> dict[str, Any]:
     right = sum(c > r for c, r in zip(scored.chosen, scored.rejected, strict=True))
     return {
         "pairs": calibration.n_pairs,
+        "tied_pairs": sum(c == r for c, r in zip(scored.chosen, scored.rejected, strict=True)),
         "nonfinite_rewards": sum(not math.isfinite(x) for x in [*scored.chosen, *scored.rejected]),
         "accuracy": wilson(right, calibration.n_pairs).as_dict(),
         "ece": calibration.ece,
@@ -338,6 +339,11 @@ def evaluate_reward_benchmark(
         "subsets": None,
         "notes": [],
     }
+    if report["tied_pairs"]:
+        report["notes"].append(
+            f"{report['tied_pairs']} of {len(pairs)} pairs got the same reward for both responses: they "
+            "count as wrong (a model whose rewards do not tell responses apart scores 0, not 0.5)"
+        )
     if from_scores:
         report["notes"].append(
             f"{from_scores['pairs']} pairs formed from {from_scores['paired']} of {from_scores['responses']} "

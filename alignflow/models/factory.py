@@ -27,6 +27,7 @@ from alignflow.models.loading import (
     load_pretrained,
     load_tokenizer,
     require_finite_weights,
+    require_tokenizer_fits,
 )
 from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
 
@@ -107,11 +108,11 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
-        return require_finite_weights(model, path), tokenizer
+        return require_tokenizer_fits(require_finite_weights(model, path), tokenizer, path), tokenizer
     model = load_pretrained(
         AutoModelForCausalLM, path, "causal LM", CLASSIFIER_ARCHITECTURES, dtype=dtype, use_safetensors=True
     )
-    return model, tokenizer
+    return require_tokenizer_fits(model, tokenizer, path), tokenizer
 
 
 def minilm_path() -> Path:

@@ -16,6 +16,16 @@ from typing import Any
 SHOWN_KEYS = 3
 # what the reward stage saves: never a policy, even where its weights would load as one
 CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification",)
+# a saved tokenizer writes at least one of these (fast JSON, BPE and WordPiece vocabularies,
+# SentencePiece models)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
 
 
 class ModelLoadError(ValueError):
@@ -84,10 +94,33 @@ def architectures(config: Any) -> str:
 
 
 def load_tokenizer(path: str | Path) -> Any:
-    """The folder's tokenizer, or a :class:`ModelLoadError` naming the folder."""
+    """The folder's tokenizer, or a :class:`ModelLoadError` naming the folder.
+
+    A folder without tokenizer files is refused: transformers would build an empty tokenizer
+    from config.json alone that reads every text as a few unknown tokens, so a model would
+    "load" and give every response the same score.
+    """
     from transformers import AutoTokenizer
 
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"{path}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)}); "
+            "save it beside the model (tokenizer.save_pretrained)"
+        )
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - missing or broken tokenizer files
         raise ModelLoadError(f"{path}: cannot load its tokenizer: {type(exc).__name__}: {exc}") from exc
+
+
+def require_tokenizer_fits(model: Any, tokenizer: Any, path: str | Path) -> Any:
+    """``model``, unless its tokenizer can produce ids past its embedding table (another model's
+    tokenizer, or tokens added without resizing): the first such id would crash mid-run."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ModelLoadError(
+            f"{path}: the tokenizer has {len(tokenizer)} tokens but the model embeds only {rows}: "
+            "not this model's tokenizer, or tokens were added without resize_token_embeddings"
+        )
+    return model

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from alignflow.models.loading import ModelLoadError, load_pretrained, load_tokenizer
+from alignflow.models.loading import ModelLoadError, load_pretrained, load_tokenizer, require_tokenizer_fits
 from alignflow.models.positions import position_limit
 from alignflow.models.prompting import Prompt, completion_text, format_prompt
 
@@ -263,6 +263,7 @@ def load_reward_scorer(
     meta = RewardMeta.load(path)
     tokenizer = load_tokenizer(path)
     model = load_pretrained(AutoModelForSequenceClassification, path, "reward model", use_safetensors=True)
+    require_tokenizer_fits(model, tokenizer, path)
     if model.config.num_labels != len(meta.weights):
         raise ModelLoadError(
             f"{path}: the classifier has {model.config.num_labels} outputs but the reward model "

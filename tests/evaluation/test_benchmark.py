@@ -198,3 +198,14 @@ def test_scores_off_the_declared_scale_are_quarantined(tmp_path):
     bench = benchmark.read_benchmark(path, DataConfig(column_mapping={"helpfulness": "score"}))
     assert bench.validation["counts_by_reason"] == {"score_out_of_range": 9}  # ratings 2, 4 and 3 on [0, 1]
     assert "data.score_range" in bench.issues[0].message
+
+
+def test_pairs_scored_equal_are_counted_wrong_and_noted(tmp_path):
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "b.jsonl", pairs_with_lengths(3, 2)))
+    report = benchmark.evaluate_reward_benchmark(lambda prompts, completions: [0.5] * len(completions), bench)
+    assert report["tied_pairs"] == 5 and report["accuracy"]["value"] == 0.0
+    assert report["notes"] == [
+        "5 of 5 pairs got the same reward for both responses: they count as wrong (a model whose "
+        "rewards do not tell responses apart scores 0, not 0.5)"
+    ]
+    assert benchmark.evaluate_reward_benchmark(length_scorer, bench)["tied_pairs"] == 0

@@ -107,3 +107,36 @@ def test_a_diverged_checkpoint_is_refused(tiny_model_dir, reward_model_dir, tmp_
     model.save_pretrained(reward)
     with pytest.raises(ModelLoadError, match=r"NaN or infinite weights in 1 tensors \(score.weight\)"):
         load_reward_scorer(reward)
+
+
+TOKENIZER_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+)
+
+
+def test_a_folder_without_its_tokenizer_is_refused(tiny_model_dir, reward_model_dir, tmp_path):
+    """transformers builds an empty tokenizer from config.json alone: every text would read as
+    a few unknown tokens, and every response would get the same score."""
+    for source, load in ((reward_model_dir, load_reward_scorer), (tiny_model_dir, load_causal_lm)):
+        bare = _copy(source, tmp_path / f"bare-{source.name}")
+        for name in TOKENIZER_NAMES:
+            (bare / name).unlink(missing_ok=True)
+        with pytest.raises(ModelLoadError, match="no tokenizer in the folder") as caught:
+            load(bare)
+        assert str(bare) in str(caught.value)
+
+
+def test_a_tokenizer_larger_than_the_embedding_table_is_refused(reward_model_dir, tmp_path):
+    """Another model's tokenizer would produce ids past the table and crash mid-evaluation."""
+    from alignflow.models import minilm_path
+
+    swapped = _copy(reward_model_dir, tmp_path / "swapped")
+    for name in TOKENIZER_NAMES:
+        (swapped / name).unlink(missing_ok=True)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(swapped)  # 30522 tokens
+    with pytest.raises(ModelLoadError, match=r"tokenizer has 30522 tokens but the model embeds only \d+"):
+        load_reward_scorer(swapped)
