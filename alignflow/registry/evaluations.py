@@ -20,6 +20,7 @@ from alignflow.registry.runs import ensure_experiment
 from alignflow.registry.tracking import sanitize_name
 
 _REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the Hub spells repositories
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,17 @@ def parse_registered(ref: str) -> tuple[str, str] | None:
     return match["name"], match["alias"] or match["version"]
 
 
+def _why_not_a_folder(path: Path) -> str:
+    if path.is_dir():
+        return "not a saved model folder (no config.json)"
+    if _HUB_ID.fullmatch(str(path)):  # e.g. OpenAssistant/reward-model-deberta-v3-large-v2
+        return (
+            "no such folder; alignflow reads models offline, so a Hugging Face Hub id must be "
+            f"downloaded first (huggingface-cli download {path} --local-dir DIR) and DIR given"
+        )
+    return "no such folder"
+
+
 def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> ModelRef:
     """A local folder as it is; a registered version downloaded under ``work_dir``.
 
@@ -59,7 +71,7 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     if registered is None:
         path = Path(ref).expanduser()
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{ref}: not a saved model folder (no config.json)")
+            raise FileNotFoundError(f"{ref}: {_why_not_a_folder(path)}")
         return ModelRef(ref, str(path))
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException

@@ -128,6 +128,8 @@ def test_usage_errors_exit_2(reward_model_dir, tmp_path):
     assert _invoke("--model", str(reward_model_dir), "--data", str(tmp_path / "nope.jsonl")).exit_code == 2
     data = _bad_rows_file(tmp_path / "mixed.jsonl")
     assert _invoke("--model", str(tmp_path / "no-model"), "--data", str(data)).exit_code == 2
+    hub = _invoke("--model", "OpenAssistant/reward-model-deberta-v3-large-v2", "--data", str(data))
+    assert hub.exit_code == 2 and "huggingface-cli download OpenAssistant/reward-model" in hub.output
     assert (
         _invoke("--model", str(reward_model_dir), "--data", str(data), "--set", "data.nope=1").exit_code == 2
     )
