@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from alignflow.data.config import DataConfig
+from alignflow.errors import InputError
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.models.model_config import ModelSpec
 from alignflow.registry.promotion_config import PromotionConfig
@@ -83,7 +84,7 @@ def _ctx(error: Any) -> dict[str, Any]:
     return {"ctx": error["ctx"]} if "ctx" in error else {}
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config file or override that cannot be applied; the message names the key."""
 
 

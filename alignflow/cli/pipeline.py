@@ -14,6 +14,7 @@ from rich.table import Table
 
 from alignflow import progress
 from alignflow.cli.progress_view import watched
+from alignflow.errors import InputError
 
 console = Console()
 
@@ -89,32 +90,9 @@ def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[st
         return retrain(str(config) if config else None, overrides, force=force)
 
 
-def input_failures() -> tuple[type[BaseException], ...]:
-    """Failures caused by the data, the config or a model rather than by alignflow.
-
-    They stop a run with their message alone (file, row, field, step...); a traceback
-    through Prefect's engine would bury it, so that goes to the log file instead.
-    """
-    from alignflow.config import ConfigError
-    from alignflow.data.pipeline import DataValidationFailed
-    from alignflow.data.readers import FormatError
-    from alignflow.evaluation.golden import GoldenSetError
-    from alignflow.models.loading import ModelLoadError
-    from alignflow.training.checkpoints import TrainingDiverged
-    from alignflow.training.feedback_plan import PlanError
-
-    return (
-        ConfigError,
-        DataValidationFailed,
-        FormatError,
-        GoldenSetError,
-        ModelLoadError,
-        PlanError,
-        TrainingDiverged,
-    )
-
-
 def _report_input_failure(error: BaseException, log_file: Path | None) -> None:
+    """The cause alone on the console; its traceback through Prefect's engine, which would
+    bury it, in the log file."""
     import traceback
 
     if log_file is not None:
@@ -165,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 summary = None if force else _unchanged_run(pipeline_config)
                 if summary is None:
                     summary = _run_flow(config, list(overrides), force)
-        except input_failures() as error:
+        except InputError as error:  # bad data, settings or model: the message says which
             _report_input_failure(error, log_file)
             raise typer.Exit(1) from None
         render_summary(summary)

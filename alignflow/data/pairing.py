@@ -12,6 +12,7 @@ from typing import Any
 
 from alignflow.data.snapshot import load_split
 from alignflow.data.split import prompt_key
+from alignflow.errors import InputError
 
 
 def pairs_from_scored(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -60,7 +61,7 @@ def load_optional_pairs(data_dir: str | Path, split: str, limit: int | None = No
 
 def require_rows(rows: list, data_dir: str | Path, split: str, what: str) -> list:
     if not rows:
-        raise ValueError(f"{data_dir}/{split}.parquet: no {what} rows for this stage")
+        raise InputError(f"{data_dir}/{split}.parquet: no {what} rows for this stage")
     return rows
 
 

@@ -37,6 +37,7 @@ from alignflow.data.validation import (
     summarize_report,
     validate_paths,
 )
+from alignflow.errors import InputError
 
 HISTORY = Path(".alignflow") / "data-history.jsonl"
 REPORT = "report.json"
@@ -55,7 +56,7 @@ class DatasetVersion(BaseModel):
     reused: bool = False
 
 
-class DataValidationFailed(RuntimeError):
+class DataValidationFailed(InputError, RuntimeError):
     """Validation failed, so nothing was versioned; ``result`` holds the counts and report path."""
 
     def __init__(self, result: ValidationResult):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from alignflow.data.issues import Issue, Reason
+from alignflow.errors import InputError
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "datasets")
 _SUFFIX_FORMATS = {
@@ -51,7 +52,7 @@ _SPLIT_ALIASES = {
 }
 
 
-class FormatError(ValueError):
+class FormatError(InputError):
     """The input's format cannot be determined or is not supported (a usage error)."""
 
 

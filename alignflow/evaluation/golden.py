@@ -22,6 +22,7 @@ from typing import Any
 from alignflow.data import versioning
 from alignflow.data.snapshot import load_split, write_split
 from alignflow.data.split import prompt_key
+from alignflow.errors import InputError
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.logs import logger_level
 
@@ -29,7 +30,7 @@ GOLDEN_SPLIT = "golden"
 GOLDEN_INFO = "golden.json"
 
 
-class GoldenSetError(ValueError):
+class GoldenSetError(InputError):
     """The pinned set cannot be used (unreadable file, bad rows, nothing to judge on)."""
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from alignflow.errors import InputError
+
 SHOWN_KEYS = 3
 # what the reward stage saves: never a policy, even where its weights would load as one
 CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification",)
@@ -28,7 +30,7 @@ TOKENIZER_FILES = (
 )
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """A model folder that exists but cannot be used as the kind of model asked for."""
 
 

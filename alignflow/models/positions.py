@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from alignflow.errors import InputError
+
 # modules holding a learned table of absolute positions (BERT/MiniLM, GPT-2, OPT/BART)
 POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
 
@@ -38,12 +40,12 @@ def prompt_token_budget(
     tokenizer: Any, max_new_tokens: int, *models: Any, key: str = "max_new_tokens"
 ) -> int | None:
     """The most prompt tokens that leave room for ``max_new_tokens`` in every one of ``models``'
-    positions; None when none has a position table. ValueError (naming the setting ``key``)
+    positions; None when none has a position table. InputError (naming the setting ``key``)
     when nothing is left for a prompt."""
     limits = [n for n in (position_limit(m, tokenizer) for m in models) if n is not None]
     if not limits:
         return None
     limit = min(limits)
     if max_new_tokens >= limit:
-        raise ValueError(f"{key} {max_new_tokens} leaves no room for a prompt in {limit} positions")
+        raise InputError(f"{key} {max_new_tokens} leaves no room for a prompt in {limit} positions")
     return limit - max_new_tokens

@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from alignflow.errors import InputError
 from alignflow.models.loading import first_few, non_finite_tensors
 
 CHECKPOINTS = "checkpoints"
@@ -23,7 +24,7 @@ STAGING = ".staging"
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(InputError):
     """The training loss or the trained weights went NaN or infinite: the run must not hand on a model."""
 
 

@@ -19,12 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from alignflow.errors import InputError
 from alignflow.training.registry import policy_algorithms, stage_spec
 
 RewardMode = Literal["pairwise", "regression", "mixed"]
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """The feedback cannot train what was asked for; the message says what is missing."""
 
 

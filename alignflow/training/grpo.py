@@ -24,6 +24,7 @@ from trl import GRPOTrainer
 from alignflow.data import demo
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
+from alignflow.errors import InputError
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
@@ -52,17 +53,17 @@ def load_attribute(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{path}: cannot import module {module_name!r}: {exc}") from exc
+        raise InputError(f"{path}: cannot import module {module_name!r}: {exc}") from exc
     try:
         return getattr(module, attribute)
     except AttributeError as exc:
-        raise ValueError(f"{path}: module {module_name!r} has no attribute {attribute!r}") from exc
+        raise InputError(f"{path}: module {module_name!r} has no attribute {attribute!r}") from exc
 
 
 def _answers(kwargs: dict[str, Any], n: int) -> list[Any]:
     answers = kwargs.get("answer")
     if answers is None:
-        raise ValueError(
+        raise InputError(
             "demo reward functions need an 'answer' per prompt (metadata.answer in the snapshot)"
         )
     return list(answers)[:n]
@@ -101,7 +102,7 @@ def build_reward_function(spec: Any) -> RewardFn:
     if isinstance(target, type):
         target = target()
     if not callable(target):
-        raise ValueError(f"{spec.path}: a reward function must be callable, got {type(target).__name__}")
+        raise InputError(f"{spec.path}: a reward function must be callable, got {type(target).__name__}")
     if not hasattr(target, "__name__"):
         target.__name__ = spec.path.rsplit(":", 1)[-1]  # TRL names its reward metrics after it
     return target

@@ -41,6 +41,7 @@ from alignflow import progress
 from alignflow.data import demo
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
+from alignflow.errors import InputError
 from alignflow.models.factory import peft_config, select_dtype
 from alignflow.models.prompting import format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
@@ -126,7 +127,7 @@ def build_stage_reward(
     components: dict[str, tuple[float, Component]] = {}
     if stage.reward_model:
         if stage.reward_model == REWARD_STAGE_REF and scorer is None:
-            raise ValueError(
+            raise InputError(
                 f"ppo.reward_model is {REWARD_STAGE_REF!r}, which only the retraining flow resolves; "
                 "set it to a reward-stage model dir, or to null with ppo.verifiable_rewards"
             )
@@ -156,7 +157,7 @@ def load_prompts(data_dir: str | Path, split: str, stage: PPOStageConfig) -> lis
     if stage.verifiable_rewards:
         for i, row in enumerate(rows):
             if row["answer"] is None:
-                raise ValueError(
+                raise InputError(
                     f"{Path(data_dir) / f'{split}.parquet'}: prompt {i} ({str(row['prompt'])[:60]!r}) has no "
                     f"metadata.answer, which ppo.verifiable_rewards {stage.verifiable_rewards} need"
                 )
@@ -387,7 +388,7 @@ def run_ppo(
     """
     stage: PPOStageConfig = config.ppo
     if config.model.lora.enabled and config.model.lora.quantization:
-        raise ValueError(
+        raise InputError(
             "ppo: QLoRA (model.lora.quantization) is not supported by the PPO stage; "
             "set model.lora.quantization=null (plain LoRA works)"
         )
@@ -405,7 +406,7 @@ def run_ppo(
     trainer = build_trainer(stage, cfg, start, dtype, lora=peft_config(config.model))
     train_rows = fitting_prompts(train_rows, trainer.tokenizer, stage)
     if not train_rows:
-        raise ValueError(
+        raise InputError(
             f"{data_dir}/train.parquet: no prompt fits ppo.max_length ({stage.max_length} tokens)"
         )
     eval_rows = fitting_prompts(eval_rows, trainer.tokenizer, stage)

@@ -30,6 +30,7 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
+from alignflow.errors import InputError
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
 from alignflow.models.prompting import completion_text
@@ -294,7 +295,7 @@ def freeze_lower_layers(model: Any, n_layers: int) -> int:
     layers = getattr(getattr(body, "encoder", None), "layer", None) or getattr(body, "layers", None)
     embeddings = getattr(body, "embeddings", None) or getattr(body, "embed_tokens", None)
     if layers is None or embeddings is None:
-        raise ValueError(f"{type(model).__name__}: cannot find the embeddings and layers to freeze")
+        raise InputError(f"{type(model).__name__}: cannot find the embeddings and layers to freeze")
     for module in [embeddings, *list(layers)[:n_layers]]:
         module.requires_grad_(False)
     return min(n_layers, len(layers))

@@ -30,6 +30,7 @@ import torch
 
 from alignflow import progress
 from alignflow.data.pairing import corpus_texts
+from alignflow.errors import InputError
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
@@ -138,7 +139,7 @@ def require_length_fits(model: Any, tokenizer: Any, length: int | None, key: str
     OPT) before any step: the first long row would index past the table mid-run."""
     limit = position_limit(model, tokenizer)
     if limit is not None and length is not None and length > limit:
-        raise ValueError(f"{key} {length} exceeds the {limit} positions of {source}")
+        raise InputError(f"{key} {length} exceeds the {limit} positions of {source}")
 
 
 def filter_known_args(config_cls: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,3 +24,18 @@ def test_bad_data_stops_the_run_with_its_file_and_row_not_a_traceback(tmp_path, 
     assert len(logs) == 1 and f"log (with the traceback): {logs[0]}" in result.output
     assert "Traceback (most recent call last)" in logs[0].read_text()
     assert "DataValidationFailed" in logs[0].read_text()
+
+
+def test_data_a_training_stage_cannot_use_stops_the_run_in_one_line(tmp_path, monkeypatch):
+    """Prompt-only rows pass validation, but the SFT stage needs pairs: it says so, no traceback."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"prompt": f"What is {i} plus 1?", "answer": str(i + 1)} for i in range(40)]
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tracking = f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"
+    result = CliRunner().invoke(app, ["run", "--set", "data.source=prompts.jsonl", "--set", tracking])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output, result.output
+    assert "sft: failed" in result.output
+    assert "error: " in result.output and "train.parquet: no pair/scored rows for this stage" in result.output

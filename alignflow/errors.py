@@ -1,0 +1,13 @@
+"""The one error type callers can rely on to mean "the input is at fault, not alignflow".
+
+Bad data, a setting the model or data cannot honour, an unusable model folder, a run that
+diverged: the message names the file, row, field, setting or step, and that is all a user
+needs to fix it. The CLI prints such errors alone (the traceback goes to the log file);
+any other exception is a fault in alignflow and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A run stopped by what it was given (data, config, model), with a message naming it."""
