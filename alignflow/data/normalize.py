@@ -321,44 +321,6 @@ def split_hh_transcripts(chosen: str, rejected: str) -> tuple[str, str, str]:
     return chosen[:end_c], chosen[end_c:].lstrip(" "), rejected[end_r:].lstrip(" ")
 
 
-def scored_to_pairs(records: list[dict[str, Any]], min_gap: float = 0.0) -> list[dict[str, Any]]:
-    """Pairs from scored feedback: per prompt, each higher-scored response beats each lower one.
-
-    Kept out of the snapshot (which holds one row per input row); reward and DPO stages
-    call it when they want pairs from scores. ``margin`` is the score gap.
-    """
-    by_prompt: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        if record.get("kind") == RecordKind.SCORED:
-            by_prompt.setdefault(_prompt_key(record["prompt"]), []).append(record)
-    pairs = []
-    for group in by_prompt.values():
-        ranked = sorted(group, key=lambda r: -r["score"])
-        for i, better in enumerate(ranked):
-            for worse in ranked[i + 1 :]:
-                gap = better["score"] - worse["score"]
-                if gap > min_gap and better["completion"] != worse["completion"]:
-                    pairs.append(
-                        {
-                            "kind": RecordKind.PAIR,
-                            "prompt": better["prompt"],
-                            "chosen": better["completion"],
-                            "rejected": worse["completion"],
-                            "margin": gap,
-                            "id": f"{better.get('id')}>{worse.get('id')}",
-                            "source": better.get("source"),
-                            "metadata": better.get("metadata") or {},
-                        }
-                    )
-    return pairs
-
-
-def _prompt_key(prompt: Any) -> str:
-    import json
-
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
-
-
 _NORMALISERS = {  # the kinds with no option of their own (labelled and scored rows take one)
     "pair": _pair,
     "unpaired": _unpaired,

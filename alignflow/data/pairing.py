@@ -18,7 +18,8 @@ from alignflow.errors import InputError
 def pairs_from_scored(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Preference pairs formed per prompt from scored rows: the higher score is chosen.
 
-    Equal scores carry no preference and form no pair; ``margin`` is the score gap.
+    Equal scores carry no preference and form no pair, nor does one text rated twice (as a
+    pair with chosen equal to rejected would be quarantined); ``margin`` is the score gap.
     """
     by_prompt: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
@@ -27,7 +28,7 @@ def pairs_from_scored(records: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     for rows in by_prompt.values():
         for i, a in enumerate(rows):
             for b in rows[i + 1 :]:
-                if a["score"] == b["score"]:
+                if a["score"] == b["score"] or a["completion"] == b["completion"]:
                     continue
                 hi, lo = (a, b) if a["score"] > b["score"] else (b, a)
                 pairs.append(

@@ -26,7 +26,7 @@ import numpy as np
 from alignflow.data.checks import as_text, near_key_text
 from alignflow.data.config import DataConfig
 from alignflow.data.issues import Issue
-from alignflow.data.normalize import scored_to_pairs
+from alignflow.data.pairing import pairs_from_scored
 from alignflow.data.readers import read_rows
 from alignflow.data.schema import RecordKind
 from alignflow.data.split import prompt_key
@@ -69,7 +69,7 @@ class Benchmark:
     def pairs(self) -> list[dict[str, Any]]:
         """The labelled pairs, then those formed from scored responses to one prompt
         (HelpSteer2-style files: the higher score is chosen, equal scores form no pair)."""
-        return [*preference_pairs(self.records), *scored_to_pairs(self.records)]
+        return [*preference_pairs(self.records), *pairs_from_scored(self.scored_responses())]
 
     def scored_responses(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("kind") == RecordKind.SCORED]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from alignflow.data.config import DataConfig
-from alignflow.data.normalize import RowError, normalize_row, scored_to_pairs, split_hh_transcripts
+from alignflow.data.normalize import RowError, normalize_row, split_hh_transcripts
 from alignflow.data.readers import FormatError, detect_format, read_rows
 from alignflow.data.validation import validate_paths
 
@@ -238,16 +238,6 @@ def test_scored_unpaired_and_prompt_only_shapes_and_metadata():
     assert scored["metadata"] == {"agent_id": "bot", "run_id": 7}
     assert normalize_row({"prompt": "q", "completion": "c", "label": "true"})["label"] is True
     assert normalize_row({"prompt": "q", "metadata": {"answer": 4}})["kind"] == "prompt"
-
-
-def test_scored_feedback_forms_pairs_per_prompt():
-    rows = [
-        normalize_row({"prompt": p, "response": r, "score": s, "id": r})
-        for p, r, s in [("q", "good", 0.9), ("q", "bad", 0.1), ("q", "mid", 0.5), ("z", "only", 1.0)]
-    ]
-    pairs = scored_to_pairs(rows)
-    assert {(p["chosen"], p["rejected"]) for p in pairs} == {("good", "bad"), ("good", "mid"), ("mid", "bad")}
-    assert max(p["margin"] for p in pairs) == pytest.approx(0.8)
 
 
 def test_user_splits_from_a_datasets_dict_are_kept(tmp_path):

@@ -38,6 +38,7 @@ def test_pairs_from_scored_prefers_the_higher_score_per_prompt():
         {"id": "b", "prompt": "p", "completion": "bad", "score": 0.1},
         {"id": "c", "prompt": "p", "completion": "tie", "score": 0.1},
         {"id": "d", "prompt": "q", "completion": "alone", "score": 1.0},
+        {"id": "e", "prompt": "q", "completion": "alone", "score": 0.2},  # one text rated twice
     ]
     pairs = pairs_from_scored(rows)
     assert {(p["chosen"], p["rejected"]) for p in pairs} == {("good", "bad"), ("good", "tie")}
