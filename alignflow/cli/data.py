@@ -18,7 +18,7 @@ err = Console(stderr=True)
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 SHOWN_EXAMPLES = 5  # per reason on the console; the report file holds every quarantined row
 DEFAULT_REPORT = Path(".alignflow") / "reports" / "validate-report.json"
-FORMAT_HELP = "reader: jsonl, json, parquet, csv, datasets (default: detected)"
+FORMAT_HELP = "reader: jsonl, json, parquet, csv, tsv, datasets (default: detected)"
 
 
 def _config(config_path: Path | None, overrides: list[str]):

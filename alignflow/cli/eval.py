@@ -38,7 +38,7 @@ EXIT_HELP = (
     "3 the evaluation failed (traceback printed)."
 )
 MODEL_HELP = "a saved model folder, or models:/NAME@ALIAS (or models:/NAME/VERSION) from the registry"
-DATA_HELP = "benchmark file or folder: JSONL, JSON, Parquet, CSV, gzip of these, a datasets dir"
+DATA_HELP = "benchmark file or folder: JSONL, JSON, Parquet, CSV, TSV, gzip of these, a datasets dir"
 SET_HELP = "override a config key, e.g. data.column_mapping.query=prompt (repeatable)"
 OUTPUT_HELP = "folder for report.json and report.md (default: .alignflow/eval/<kind>-<benchmark>)"
 TRACKING_HELP = "MLflow tracking URI (else MLFLOW_TRACKING_URI); logging needs it and a models:/ model"
@@ -223,7 +223,7 @@ def reward(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help=TRACKING_HELP),
     name: str = typer.Option(None, "--name", help=NAME_HELP),
     max_rows: int = typer.Option(None, "--max-rows", min=1, help=MAX_ROWS_HELP),
-    fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, datasets"),
+    fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, tsv, datasets"),
     config_path: Path = typer.Option(None, "--config", help="pipeline config YAML (data section)"),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="pairs scored per forward pass"),
 ) -> None:
@@ -298,7 +298,7 @@ def policy(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help=TRACKING_HELP),
     name: str = typer.Option(None, "--name", help=NAME_HELP),
     max_rows: int = typer.Option(None, "--max-rows", min=1, help=MAX_ROWS_HELP),
-    fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, datasets"),
+    fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, tsv, datasets"),
     config_path: Path = typer.Option(None, "--config", help="pipeline config YAML (data, evaluation)"),
 ) -> None:
     """Answer every distinct prompt of a file with a policy (and the --against model).

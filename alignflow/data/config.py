@@ -16,7 +16,7 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str | None = Field(None, description="input file or directory; None = generate the demo data")
-    format: str | None = Field(None, description="reader override: jsonl, json, parquet, csv, datasets")
+    format: str | None = Field(None, description="reader override: jsonl, json, parquet, csv, tsv, datasets")
     column_mapping: dict[str, str] = Field(default_factory=dict, description="input column -> canonical")
     preferred_values: dict[str, Literal["a", "b", "tie"]] = Field(
         default_factory=dict,

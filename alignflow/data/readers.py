@@ -1,4 +1,4 @@
-"""Read preference data from JSONL, JSON, Parquet, CSV, gzip of these and ``datasets`` dirs.
+"""Read preference data from JSONL, JSON, Parquet, CSV, TSV, gzip of these and ``datasets`` dirs.
 
 Readers never raise on bad content: each input row comes back as a :class:`RawRow`, and a
 line or file that cannot be decoded comes back as a row carrying an :class:`Issue`. That
@@ -26,7 +26,7 @@ import numpy as np
 from alignflow.data.issues import Issue, Reason
 from alignflow.errors import InputError
 
-FORMATS = ("jsonl", "json", "parquet", "csv", "datasets")
+FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "datasets")
 _SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -34,6 +34,7 @@ _SUFFIX_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
     ".csv": "csv",
+    ".tsv": "tsv",
 }
 _GZIP_MAGIC = b"\x1f\x8b"
 # Excel and Windows tools start UTF-8 text files with a byte-order mark; it is not part of the data
@@ -262,7 +263,7 @@ class _CsvRecord:
     text: str = ""  # the record's first line, kept for the quarantine when it is malformed
 
 
-def _csv_records(text: str) -> Iterator[_CsvRecord]:
+def _csv_records(text: str, delimiter: str = ",") -> Iterator[_CsvRecord]:
     """The non-blank records of ``text``, parsed strictly.
 
     A lenient parse lets an unbalanced quote swallow every line up to the next quote (or the
@@ -273,7 +274,7 @@ def _csv_records(text: str) -> Iterator[_CsvRecord]:
     lines = io.StringIO(text, newline="").readlines()
     start = 0
     while start < len(lines):
-        reader = csv.reader(lines[start:], strict=True)
+        reader = csv.reader(lines[start:], delimiter=delimiter, strict=True)
         consumed = 0
         try:
             for cells in reader:
@@ -287,9 +288,9 @@ def _csv_records(text: str) -> Iterator[_CsvRecord]:
             start = first
 
 
-def _read_csv(file: Path, split: str | None) -> Iterator[RawRow]:
+def _read_csv(file: Path, split: str | None, delimiter: str = ",") -> Iterator[RawRow]:
     name = str(file)
-    records = _csv_records(_read_text(file))
+    records = _csv_records(_read_text(file), delimiter)
     header = next(records, None)
     if header is None:
         return
@@ -314,6 +315,10 @@ def _read_csv(file: Path, split: str | None) -> Iterator[RawRow]:
         row = dict.fromkeys(columns) | dict(zip(columns, record.cells, strict=False))  # short rows: None
         # an empty CSV cell is an absent value, not an empty string
         yield RawRow(name, number, {k: (v if v != "" else None) for k, v in row.items()}, split)
+
+
+def _read_tsv(file: Path, split: str | None) -> Iterator[RawRow]:
+    return _read_csv(file, split, delimiter="\t")
 
 
 def _read_parquet(file: Path, split: str | None) -> Iterator[RawRow]:
@@ -595,6 +600,7 @@ _READERS = {
     "jsonl": _read_jsonl,
     "json": _read_json,
     "csv": _read_csv,
+    "tsv": _read_tsv,
     "parquet": _read_parquet,
     "datasets": _read_datasets,
 }

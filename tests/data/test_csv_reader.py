@@ -3,6 +3,8 @@ are still read, never merged into one cell."""
 
 from __future__ import annotations
 
+import gzip
+
 import pandas as pd
 
 from alignflow.data.config import DataConfig
@@ -70,3 +72,17 @@ def test_a_malformed_header_makes_the_file_unreadable(tmp_path):
     validated = validate_paths(path, DataConfig(max_bad_fraction=1.0))
     [issue] = validated.issues
     assert issue.code == "file_unreadable" and "header" in issue.message
+
+
+def test_tab_separated_files_read_by_suffix_with_the_same_checks(tmp_path):
+    path = tmp_path / "pairs.tsv.gz"
+    lines = [
+        "prompt\tchosen\trejected",
+        "Why, though?\tBecause, as said.\tNo",
+        'Open\t"never closed\tx',
+        "Q3\tc3\tr3",
+    ]
+    path.write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
+    rows = list(read_rows(path))
+    assert rows[0].data == {"prompt": "Why, though?", "chosen": "Because, as said.", "rejected": "No"}
+    assert rows[1].issue.code == "malformed_csv" and rows[2].data["prompt"] == "Q3"
