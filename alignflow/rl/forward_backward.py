@@ -29,8 +29,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from alignflow.errors import InputError
 from alignflow.losses import CustomLoss, ImportanceSamplingLoss, PPOLoss
 from alignflow.losses.functional import logprobs_from_logits
+from alignflow.models.positions import position_limit
 
 CustomLossFn = Callable[..., torch.Tensor]
 BUILTIN_LOSSES = ("cross_entropy", "importance_sampling", "ppo")
@@ -508,6 +510,13 @@ class ForwardBackwardPipeline:
     # ---- sampling -----------------------------------------------------------------------
     def _sample(self, prompt, max_tokens, temperature, top_k, top_p, stop, seed):
         prompt_ids = torch.as_tensor(prompt, dtype=torch.long).reshape(1, -1).to(self.device)
+        limit = position_limit(self.model, None)
+        if limit is not None and prompt_ids.size(1) + max_tokens > limit:
+            # the ids are the caller's: cutting them would sample from another prompt than given
+            raise InputError(
+                f"a prompt of {prompt_ids.size(1)} tokens plus max_tokens {max_tokens} exceeds the "
+                f"{limit} positions of the model; shorten the prompt or lower max_tokens"
+            )
         stop_ids = list(stop) if stop else None
         gen_kwargs = {"do_sample": temperature > 0, "max_new_tokens": max_tokens}
         if temperature > 0:

@@ -261,3 +261,16 @@ def test_load_state_without_optimizer_applies_it_at_the_next_step(tmp_path, tiny
     pipe2.forward_backward(batch)
     pipe2.optim_step(opt2).result()
     assert int(opt2.state_dict()["state"][0]["step"]) == 3
+
+
+def test_a_prompt_past_the_position_table_is_a_clear_error(gpt2_policy_dir):
+    """A GPT-2-style model has 48 positions here: the caller's ids are never silently cut."""
+    from alignflow.errors import InputError
+
+    model, tok = load_causal_lm(gpt2_policy_dir)
+    pipe = ForwardBackwardPipeline(model)
+    prompt = list(range(5, 50))  # 45 tokens
+    with pytest.raises(InputError, match="a prompt of 45 tokens plus max_tokens 8 exceeds the 48 positions"):
+        pipe.sample(prompt, max_tokens=8)
+    assert len(pipe.sample(prompt[-40:], max_tokens=8, temperature=0)["tokens"]) <= 8
+    pipe.shutdown()

@@ -219,3 +219,22 @@ def test_checkpoint_resume_restores_optimizer_rng_and_kl_state(tmp_path, tiny_mo
     latest = trainer(tmp_path / "full")
     latest.train(prompts, reward_fn, num_iterations=4, resume_from="latest")
     assert latest.iteration == 4 and len(latest.history) == 4  # nothing left to do after checkpoint-4
+
+
+def test_prompts_longer_than_a_gpt2_policy_reads_are_cut_from_the_left(gpt2_policy_dir):
+    """48 positions: 60-token prompts plus 4 new tokens crashed generation with IndexError."""
+    model, tok = load_causal_lm(gpt2_policy_dir)
+    prompts = ["Some background that runs on and on. " * 8 + make_prompt(a, 1) for a in range(4)]
+    assert min(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts) > 48
+    cfg = PPOConfig(batch_size=4, mini_batch_size=2, num_epochs=1, max_new_tokens=4, learning_rate=1e-4)
+    trainer = PPOTrainer(cfg, model, tok)
+    seen = []
+
+    def reward_fn(batch_prompts, responses, meta):
+        seen.extend(batch_prompts)
+        return [0.0] * len(responses)
+
+    history = trainer.train(prompts, reward_fn, num_iterations=1)
+    assert [h["iteration"] for h in history] == [1]
+    assert sorted(seen) == sorted(prompts), "the reward function still reads the whole prompts"
+    assert tok.truncation_side == "right"
