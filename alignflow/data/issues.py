@@ -44,6 +44,7 @@ class Reason(StrEnum):
     PROMPT_LEAKAGE = "prompt_leakage"
     # dataset-level warnings (never quarantine a row on their own)
     LABEL_IMBALANCE = "label_imbalance"
+    FILE_SKIPPED = "file_skipped"  # a directory's README, licence...: not data, not read
     # great-expectations failures without a more specific code
     EXPECTATION_FAILED = "expectation_failed"
 

@@ -129,11 +129,26 @@ def split_hint(path: Path) -> str | None:
     return None
 
 
-def iter_input_files(path: Path) -> list[Path]:
-    """A file, or every data file of a plain directory in sorted (deterministic) order."""
-    if path.is_dir() and not is_datasets_dir(path):
-        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    return [path]
+def input_files(path: Path, fmt: str | None = None) -> list[tuple[Path, str | None]]:
+    """Each file of ``path`` with the reader for it (``fmt``, else detected).
+
+    A file given by name must have a format that can be told (else :class:`FormatError`).
+    Of a plain directory, every file is listed in sorted (deterministic) order, and one whose
+    format cannot be told comes with None: a README, a licence or a script beside the data
+    (as in a Hugging Face dataset download) is not data, so readers skip it and validation
+    reports it as a ``file_skipped`` warning.
+    """
+    if not path.is_dir() or is_datasets_dir(path):
+        return [(path, fmt or detect_format(path))]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return [(file, fmt or _format_or_none(file)) for file in files]
+
+
+def _format_or_none(file: Path) -> str | None:
+    try:
+        return detect_format(file)
+    except FormatError:
+        return None
 
 
 def read_rows(path: str | Path, fmt: str | None = None, hint_splits: bool = False) -> Iterator[RawRow]:
@@ -146,10 +161,10 @@ def read_rows(path: str | Path, fmt: str | None = None, hint_splits: bool = Fals
             str(path), None, None, issue=Issue(Reason.FILE_NOT_FOUND, "no such file or directory", str(path))
         )
         return
-    for file in iter_input_files(path):
-        file_fmt = fmt or detect_format(file)
-        split = split_hint(file) if hint_splits else None
-        yield from _read_file(file, file_fmt, split)
+    for file, file_fmt in input_files(path, fmt):
+        if file_fmt is not None:  # None: not a data file (see input_files)
+            split = split_hint(file) if hint_splits else None
+            yield from _read_file(file, file_fmt, split)
 
 
 def _read_file(file: Path, fmt: str, split: str | None, bulk: bool = False) -> Iterator[RawRow]:
@@ -388,10 +403,10 @@ def read_items(path: str | Path, fmt: str | None = None, hint_splits: bool = Fal
     if not path.exists():
         yield from read_rows(path, fmt, hint_splits)
         return
-    for file in iter_input_files(path):
-        file_fmt = fmt or detect_format(file)
-        split = split_hint(file) if hint_splits else None
-        yield from _read_file(file, file_fmt, split, bulk=True)
+    for file, file_fmt in input_files(path, fmt):
+        if file_fmt is not None:
+            split = split_hint(file) if hint_splits else None
+            yield from _read_file(file, file_fmt, split, bulk=True)
 
 
 def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:

@@ -42,8 +42,7 @@ from alignflow.data.normalize import DEFAULT_MAPPING, RESERVED_COLUMNS, RowError
 from alignflow.data.readers import (
     RawRow,
     TableBlock,
-    detect_format,
-    iter_input_files,
+    input_files,
     prefetched,
     read_items,
 )
@@ -116,13 +115,26 @@ def describe_inputs(paths: list[Path], fmt: str | None) -> list[dict[str, Any]]:
         if not path.exists():
             inputs.append({"path": str(path), "format": fmt, "sha256": None})
             continue
-        for file in iter_input_files(path):
-            try:
-                file_fmt = fmt or detect_format(file)
-            except ValueError:
-                file_fmt = None
+        try:
+            files = input_files(path, fmt)
+        except ValueError:  # a file given by name whose format cannot be told: the reader says so
+            files = [(path, None)]
+        for file, file_fmt in files:
             inputs.append({"path": str(file), "format": file_fmt, "sha256": file_sha256(file)})
     return inputs
+
+
+def skipped_file_warnings(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A warning per file of a directory that was not read: its format could not be told."""
+    return [
+        {
+            "code": str(Reason.FILE_SKIPPED),
+            "file": item["path"],
+            "message": f"{item['path']}: not read (not JSONL, JSON, Parquet, CSV or TSV by name or content)",
+        }
+        for item in inputs
+        if item["format"] is None and item["sha256"] is not None
+    ]
 
 
 def load_tokenizer(config: DataConfig):
@@ -594,7 +606,10 @@ class _Run:
             input_rows=self.input_rows,
             kept=self.kept,
             issues=issues,
-            warnings=[{"code": str(Reason.LABEL_IMBALANCE), "message": message}] if message else [],
+            warnings=[
+                *([{"code": str(Reason.LABEL_IMBALANCE), "message": message}] if message else []),
+                *skipped_file_warnings(inputs),
+            ],
             expectations=summary,
             kinds=+self.kinds,
             max_bad_fraction=self.config.max_bad_fraction,
@@ -655,6 +670,7 @@ def validate_paths(
         inputs = pool.submit(describe_inputs, paths, fmt)
         validated = validate_rows(prefetched(rows()), config, None, tokenizer, keep_records)
         validated.report["inputs"] = inputs.result()
+    validated.report["warnings"] += skipped_file_warnings(validated.report["inputs"])
     return validated
 
 

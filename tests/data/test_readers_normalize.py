@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -259,3 +260,22 @@ def test_scores_are_rescaled_from_the_declared_scale():
     assert (caught.value.code, caught.value.field) == ("score_out_of_range", "score")
     with pytest.raises(ValueError, match="low < high"):
         DataConfig(score_range=(5, 1))
+
+
+def test_a_downloaded_dataset_folder_reads_its_data_and_reports_the_rest(tmp_path):
+    """A Hugging Face download holds README.md, a licence and .gitattributes beside the data."""
+    folder = tmp_path / "hh-rlhf"
+    (folder / "harmless-base").mkdir(parents=True)
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# HH-RLHF\n")
+    (folder / "LICENSE").write_text("MIT License\n")
+    (folder / ".gitattributes").write_text("*.gz filter=lfs\n")
+    rows = "".join(json.dumps(r) + "\n" for r in ROWS)
+    (folder / "harmless-base" / "train.jsonl.gz").write_bytes(gzip.compress(rows.encode()))
+    validated = validate_paths(folder)
+    assert validated.passed and len(validated.kept) == 4 and not validated.issues
+    skipped = [(w["code"], w["file"]) for w in validated.report["warnings"]]
+    assert skipped == [("file_skipped", str(folder / "LICENSE")), ("file_skipped", str(folder / "README.md"))]
+    formats = {Path(i["path"]).name: i["format"] for i in validated.report["inputs"]}
+    assert formats == {"LICENSE": None, "README.md": None, "train.jsonl.gz": "jsonl"}
+    with pytest.raises(FormatError):  # named on its own, a file of unknown format is still refused
+        list(read_rows(folder / "README.md"))
