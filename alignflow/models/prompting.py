@@ -47,11 +47,17 @@ def prompt_batch(tokenizer: Any, prompts: Sequence[Prompt], budget: int | None) 
     """Formatted prompts as a left-padded batch, each cut from the left to ``budget`` tokens
     (:func:`~alignflow.models.positions.prompt_token_budget`): the question usually ends a
     prompt, and a GPT-2-style model would crash on positions past its table."""
+    return left_padded_batch(tokenizer, [format_prompt(tokenizer, p) for p in prompts], budget)
+
+
+def left_padded_batch(tokenizer: Any, texts: Sequence[str], budget: int | None) -> Any:
+    """Texts as a batch padded and, past ``budget`` tokens (None: no cut), cut on the left,
+    so every row ends where its text does; the tokenizer's sides are restored after."""
     sides = tokenizer.padding_side, tokenizer.truncation_side
     tokenizer.padding_side = tokenizer.truncation_side = "left"
     try:
         return tokenizer(
-            [format_prompt(tokenizer, p) for p in prompts],
+            list(texts),
             return_tensors="pt",
             padding=True,
             add_special_tokens=False,

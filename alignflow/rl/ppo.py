@@ -35,6 +35,7 @@ from torch import nn
 from alignflow.losses import CustomLoss, KLDivergenceLoss, PPOLoss
 from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 from alignflow.models.positions import prompt_token_budget
+from alignflow.models.prompting import left_padded_batch
 from alignflow.registry import tracking
 from alignflow.rl.environments import Observation, RLEnvironment
 from alignflow.rl.forward_backward import (
@@ -317,23 +318,6 @@ class PPOTrainer:
         values = out.value[:, prompt_len - 1 : -1] if with_values else None
         return logprobs, values, logits
 
-    def _encode_prompts(self, prompts: Sequence[str], budget: int | None) -> Any:
-        """Left-padded prompts, cut from the left to ``budget`` tokens where the policy has a
-        table of absolute positions (GPT-2, OPT) that a long prompt plus the response would pass."""
-        self.tokenizer.padding_side = "left"
-        side, self.tokenizer.truncation_side = self.tokenizer.truncation_side, "left"
-        try:
-            return self.tokenizer(
-                list(prompts),
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-                truncation=budget is not None,
-                max_length=budget,
-            )
-        finally:
-            self.tokenizer.truncation_side = side
-
     @torch.no_grad()
     def generate(
         self, prompts: Sequence[str], do_sample: bool = True
@@ -345,9 +329,10 @@ class PPOTrainer:
         """
         self.model.eval()
         cfg = self.config
-        enc = self._encode_prompts(
-            prompts, prompt_token_budget(self.tokenizer, cfg.max_new_tokens, self.model)
-        )
+        self.tokenizer.padding_side = "left"
+        # a GPT-2/OPT-style policy's position table must hold the prompt and the response
+        budget = prompt_token_budget(self.tokenizer, cfg.max_new_tokens, self.model)
+        enc = left_padded_batch(self.tokenizer, prompts, budget)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         sequences = self.model.generate(
             **enc,
