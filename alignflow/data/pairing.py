@@ -6,6 +6,7 @@ this is what every pairwise consumer (reward model, DPO, evaluation) trains or m
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,22 @@ def load_optional_pairs(data_dir: str | Path, split: str, limit: int | None = No
 
 
 def require_rows(rows: list, data_dir: str | Path, split: str, what: str) -> list:
+    """``rows``, unless empty: then an error saying what the split holds instead."""
     if not rows:
-        raise InputError(f"{data_dir}/{split}.parquet: no {what} rows for this stage")
+        raise InputError(
+            f"{data_dir}/{split}.parquet: no {what} rows for this stage ({_held(data_dir, split)})"
+        )
     return rows
+
+
+def _held(data_dir: str | Path, split: str) -> str:
+    try:
+        kinds = Counter(str(record["kind"]) for record in load_split(data_dir, split))
+    except FileNotFoundError:
+        return "the split is missing"
+    if not kinds:
+        return "the split is empty"
+    return "it holds " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
 
 
 def corpus_texts(records: Iterable[Mapping[str, Any]]) -> list[str]:
