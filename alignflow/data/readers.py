@@ -10,6 +10,7 @@ the checks then name the row instead of the whole file failing to decode.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -107,7 +108,26 @@ def _sniff(path: Path) -> str:
 
 
 def _open_binary(path: Path):
-    return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
+    """The file's bytes (gunzipped), as UTF-8: a UTF-16/32 file, which Windows tools write
+    (PowerShell's ``>``, Excel's "Unicode Text"), is transcoded by its byte-order mark, where
+    read as UTF-8 every one of its lines would be "invalid JSON"."""
+    fh = gzip.open(path, "rb") if is_gzip(path) else path.open("rb")  # noqa: SIM115 - the caller closes it
+    encoding = _wide_encoding(fh.read(4))
+    fh.seek(0)
+    if encoding is None:
+        return fh
+    with fh:
+        return io.BytesIO(fh.read().decode(encoding, errors="replace").encode("utf-8"))
+
+
+def _wide_encoding(head: bytes) -> str | None:
+    """'utf-32' or 'utf-16' when ``head`` starts with their byte-order mark (32 first: its
+    little-endian mark begins with UTF-16's)."""
+    if head.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        return "utf-32"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    return None
 
 
 def without_bom(data: bytes) -> bytes:

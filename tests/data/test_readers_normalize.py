@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 from pathlib import Path
@@ -279,3 +280,19 @@ def test_a_downloaded_dataset_folder_reads_its_data_and_reports_the_rest(tmp_pat
     assert formats == {"LICENSE": None, "README.md": None, "train.jsonl.gz": "jsonl"}
     with pytest.raises(FormatError):  # named on its own, a file of unknown format is still refused
         list(read_rows(folder / "README.md"))
+
+
+def test_utf16_and_utf32_files_read_by_their_byte_order_mark(tmp_path):
+    """PowerShell's `>` and Excel's "Unicode Text" write UTF-16: read as UTF-8, every line was
+    quarantined as invalid JSON."""
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS)
+    (tmp_path / "le.jsonl").write_bytes(lines.encode("utf-16"))
+    (tmp_path / "be.jsonl").write_bytes(codecs.BOM_UTF16_BE + lines.encode("utf-16-be"))
+    (tmp_path / "wide.json.gz").write_bytes(gzip.compress(json.dumps(ROWS).encode("utf-32")))
+    pd.DataFrame(ROWS).to_csv(tmp_path / "excel.csv", index=False, encoding="utf-16")
+    (tmp_path / "noext").write_bytes(lines.encode("utf-16"))
+    expected = [normalize_row(r) for r in ROWS]
+    for name in ("le.jsonl", "be.jsonl", "wide.json.gz", "excel.csv", "noext"):
+        validated = validate_paths(tmp_path / name)
+        assert [e.record for e in validated.kept] == expected, name
+        assert not validated.issues, (name, validated.issues[:1])
