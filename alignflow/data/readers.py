@@ -323,9 +323,10 @@ def _csv_records(text: str, delimiter: str = ",") -> Iterator[_CsvRecord]:
             start = first
 
 
-def _read_csv(file: Path, split: str | None, delimiter: str = ",") -> Iterator[RawRow]:
+def _read_csv(file: Path, split: str | None, delimiter: str | None = None) -> Iterator[RawRow]:
     name = str(file)
-    records = _csv_records(_read_text(file), delimiter)
+    text = _read_text(file)
+    records = _csv_records(text, delimiter or header_delimiter(text))
     header = next(records, None)
     if header is None:
         return
@@ -350,6 +351,15 @@ def _read_csv(file: Path, split: str | None, delimiter: str = ",") -> Iterator[R
         row = dict.fromkeys(columns) | dict(zip(columns, record.cells, strict=False))  # short rows: None
         # an empty CSV cell is an absent value, not an empty string
         yield RawRow(name, number, {k: (v if v != "" else None) for k, v in row.items()}, split)
+
+
+def header_delimiter(text: str) -> str:
+    """The separator a CSV's header line uses: a comma, else the semicolon that Excel writes
+    where the comma is the decimal mark (German, French...), a tab or a pipe."""
+    header = text.split("\n", 1)[0]
+    counts = {sep: header.count(sep) for sep in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] > counts[","] else ","
 
 
 def _read_tsv(file: Path, split: str | None) -> Iterator[RawRow]:

@@ -8,7 +8,7 @@ import gzip
 import pandas as pd
 
 from alignflow.data.config import DataConfig
-from alignflow.data.readers import read_rows
+from alignflow.data.readers import header_delimiter, read_rows
 from alignflow.data.validation import validate_paths
 
 HEADER = "prompt,chosen,rejected\n"
@@ -86,3 +86,16 @@ def test_tab_separated_files_read_by_suffix_with_the_same_checks(tmp_path):
     rows = list(read_rows(path))
     assert rows[0].data == {"prompt": "Why, though?", "chosen": "Because, as said.", "rejected": "No"}
     assert rows[1].issue.code == "malformed_csv" and rows[2].data["prompt"] == "Q3"
+
+
+def test_a_semicolon_separated_csv_from_excel_is_read(tmp_path):
+    """Excel writes ';' where the comma is the decimal mark; before, the whole header was one
+    column and every row an unknown shape."""
+    path = tmp_path / "excel.csv"
+    path.write_text('prompt;chosen;rejected\nWhy, then?;"Because; see";No\nQ2;c2;r2\n', encoding="utf-8")
+    rows = list(read_rows(path))
+    assert [r.data for r in rows] == [
+        {"prompt": "Why, then?", "chosen": "Because; see", "rejected": "No"},
+        {"prompt": "Q2", "chosen": "c2", "rejected": "r2"},
+    ]
+    assert header_delimiter("a,b;c\n") == "," and header_delimiter("a\tb\tc") == "\t"
