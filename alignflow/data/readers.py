@@ -263,14 +263,7 @@ def _read_jsonl(file: Path, split: str | None) -> Iterator[RawRow]:
 
 def _read_json(file: Path, split: str | None) -> Iterator[RawRow]:
     name = str(file)
-    data = json.loads(_read_text(file))
-    if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list)]
-        if len(lists) != 1:
-            raise ValueError("a JSON object must hold exactly one list of records (e.g. {'data': [...]})")
-        data = lists[0]
-    if not isinstance(data, list):
-        raise ValueError("expected a list of records")
+    data = json_records(json.loads(_read_text(file)))
     for number, item in enumerate(data, start=1):
         if isinstance(item, dict):
             yield RawRow(name, number, item, split)
@@ -288,6 +281,33 @@ def _read_json(file: Path, split: str | None) -> Iterator[RawRow]:
                     original=item,
                 ),
             )
+
+
+def json_records(data: Any) -> list:
+    """The records of a JSON document: a list; an object holding one list (``{"data": [...]}``,
+    pandas' ``orient="table"``); or pandas' other layouts of a frame: ``"split"`` (columns
+    and rows of values), ``"index"`` (``{id: record}``) and ``"columns"``, what
+    ``DataFrame.to_json()`` writes by default (``{column: {id: value}}``)."""
+    if isinstance(data, list):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError("expected a list of records")
+    columns, rows = data.get("columns"), data.get("data")
+    if isinstance(columns, list) and isinstance(rows, list):  # orient="split"
+        return [dict(zip(columns, r, strict=True)) if _row_of(r, columns) else r for r in rows]
+    lists = [v for v in data.values() if isinstance(v, list)]
+    if len(lists) == 1:
+        return lists[0]
+    if data and all(isinstance(v, dict) for v in data.values()):
+        if all(str(k).isdigit() for v in data.values() for k in v):  # {column: {row id: value}}
+            ids = list(dict.fromkeys(k for v in data.values() for k in v))
+            return [{column: values.get(i) for column, values in data.items()} for i in ids]
+        return list(data.values())  # {row id: record}
+    raise ValueError("a JSON object must hold one list of records (e.g. {'data': [...]}) or a pandas frame")
+
+
+def _row_of(row: Any, columns: list) -> bool:
+    return isinstance(row, list) and len(row) == len(columns)
 
 
 @dataclass

@@ -296,3 +296,13 @@ def test_utf16_and_utf32_files_read_by_their_byte_order_mark(tmp_path):
         validated = validate_paths(tmp_path / name)
         assert [e.record for e in validated.kept] == expected, name
         assert not validated.issues, (name, validated.issues[:1])
+
+
+@pytest.mark.parametrize("orient", ["columns", "index", "split", "table", "records"])
+def test_json_written_by_pandas_reads_in_every_layout(tmp_path, orient):
+    """``DataFrame.to_json()`` writes {column: {row: value}} by default, not a list of records."""
+    path = tmp_path / f"{orient}.json"
+    pd.DataFrame(ROWS).to_json(path, orient=orient, **({"index": False} if orient == "table" else {}))
+    validated = validate_paths(path)
+    assert [e.record for e in validated.kept] == [normalize_row(r) for r in ROWS]
+    assert [e.row for e in validated.kept] == [1, 2, 3, 4] and not validated.issues
