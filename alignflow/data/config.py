@@ -52,6 +52,12 @@ class DataConfig(BaseModel):
         1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
     )
 
+    @field_validator("column_mapping", mode="before")
+    @classmethod
+    def _dotted_sources(cls, mapping: object) -> object:
+        # `--set data.column_mapping.question.full_text=prompt` arrives nested: a dotted source
+        return dict(_flatten(mapping)) if isinstance(mapping, dict) else mapping
+
     @field_validator("score_range")
     @classmethod
     def _low_below_high(cls, value: tuple[float, float]) -> tuple[float, float]:
@@ -67,3 +73,12 @@ class DataConfig(BaseModel):
         if isinstance(values, dict):
             return {label_key(k): v for k, v in values.items()}
         return values
+
+
+def _flatten(mapping: dict, prefix: str = ""):
+    """(dotted source, target) pairs of a column mapping that may nest its sources."""
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

@@ -68,15 +68,38 @@ class RowError(ValueError):
 
 
 def apply_mapping(row: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
-    """Rename input columns to canonical names; user mapping first, then the labelled-pair default."""
+    """Rename input columns to canonical names; user mapping first, then the labelled-pair default.
+
+    A dotted source reaches into nested fields, list items by position: ``question.full_text``
+    (WebGPT comparisons), ``summaries.0.text`` (summarize-from-feedback); the nested column
+    itself stays, in the record's metadata.
+    """
     renamed = dict(row)
     for mapping_ in (mapping, DEFAULT_MAPPING):
         for source, target in mapping_.items():
-            if source in renamed and target not in renamed:
+            if target in renamed:
+                continue
+            if source in renamed:
                 renamed[target] = renamed.pop(source)
+            elif "." in source:
+                found, value = _nested(renamed, source.split("."))
+                if found:
+                    renamed[target] = value
     if "label" in renamed and "response_a" in renamed and "preferred" not in renamed:
         renamed["preferred"] = renamed.pop("label")
     return renamed
+
+
+def _nested(value: Any, path: list[str]) -> tuple[bool, Any]:
+    """(True, the value at ``path``) through dicts and lists, or (False, None) where it breaks off."""
+    for part in path:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return False, None
+    return True, value
 
 
 def detect_kind(row: dict[str, Any]) -> str:

@@ -268,7 +268,8 @@ class _Run:
     def __init__(self, config: DataConfig, tokenizer: Any, keep: bool):
         self.config, self.tokenizer, self.keep = config, tokenizer, keep
         self.mapping = config.column_mapping
-        self.blocked = (RESERVED_COLUMNS - _BULK_COLUMNS) | set(DEFAULT_MAPPING) | set(self.mapping)
+        mapped = {source.split(".")[0] for source in self.mapping}  # a dotted source reads its column
+        self.blocked = (RESERVED_COLUMNS - _BULK_COLUMNS) | set(DEFAULT_MAPPING) | mapped
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
         self.input_rows = 0

@@ -179,6 +179,36 @@ def test_a_benchmark_coding_its_winner_as_an_index_is_read_with_preferred_values
     assert (report["scored"], report["quarantined"]) == (6, 0)
 
 
+def test_a_webgpt_shaped_benchmark_reads_nested_prompts_and_per_answer_scores(reward_model_dir, tmp_path):
+    """WebGPT comparisons nest the question's text and score each answer -1/0/+1."""
+    data, out = tmp_path / "webgpt.jsonl", tmp_path / "out"
+    rows = [
+        {
+            "question": {"dataset": "eli5", "full_text": f"Why is the sky blue, part {i}?"},
+            "answer_0": f"Rayleigh scattering, part {i}.",
+            "answer_1": f"No idea {i}",
+            "score_0": [1.0, -1.0, 0.0][i % 3],
+            "score_1": [-1.0, 1.0, 0.0][i % 3],
+        }
+        for i in range(9)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = {
+        "data.column_mapping.question.full_text": "prompt",
+        "data.column_mapping.answer_0": "response_a",
+        "data.column_mapping.answer_1": "response_b",
+        "data.column_mapping.score_0": "preferred",
+        "data.preferred_values.1": "a",
+        "data.preferred_values.-1": "b",
+        "data.preferred_values.0": "tie",
+    }
+    args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    result = _invoke("--model", str(reward_model_dir), "--data", str(data), "--output", str(out), *args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["rows"]["scored"] == 6 and report["rows"]["quarantined_by_reason"] == {"tie": 3}
+
+
 def test_a_benchmark_of_rated_responses_is_paired_per_prompt(reward_model_dir, tmp_path):
     """HelpSteer2 rates each response 0-4: pairs come from two ratings of one prompt."""
     data, out = tmp_path / "helpsteer2.jsonl", tmp_path / "out"

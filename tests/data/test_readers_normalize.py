@@ -306,3 +306,33 @@ def test_json_written_by_pandas_reads_in_every_layout(tmp_path, orient):
     validated = validate_paths(path)
     assert [e.record for e in validated.kept] == [normalize_row(r) for r in ROWS]
     assert [e.row for e in validated.kept] == [1, 2, 3, 4] and not validated.issues
+
+
+def test_dotted_sources_reach_nested_fields_and_list_items():
+    """summarize-from-feedback nests its post under info and its two summaries in a list."""
+    row = {
+        "info": {"post": "My long post", "title": "t"},
+        "summaries": [{"text": "A good summary"}, {"text": "bad"}],
+        "choice": 1,
+    }
+    mapping = {"info.post": "prompt", "summaries.0.text": "response_a", "summaries.1.text": "response_b"}
+    record = normalize_row({**row}, {**mapping, "choice": "preferred"}, {"0": "a", "1": "b"})
+    assert (record["prompt"], record["chosen"], record["rejected"]) == (
+        "My long post",
+        "bad",
+        "A good summary",
+    )
+    assert record["metadata"]["info"] == row["info"], "the nested column itself is kept"
+    with pytest.raises(RowError, match="'response_b' is missing"):
+        normalize_row(
+            {**row, "summaries": row["summaries"][:1]}, {**mapping, "choice": "preferred"}, {"1": "b"}
+        )
+
+
+def test_a_nested_column_mapping_from_the_command_line_is_a_dotted_source():
+    from alignflow.config import load_config
+
+    config = load_config(
+        None, ["data.column_mapping.question.full_text=prompt", "data.column_mapping.a=chosen"]
+    )
+    assert config.data.column_mapping == {"question.full_text": "prompt", "a": "chosen"}
