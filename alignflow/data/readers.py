@@ -329,7 +329,8 @@ def _csv_records(text: str, delimiter: str = ",") -> Iterator[_CsvRecord]:
     lines = io.StringIO(text, newline="").readlines()
     start = 0
     while start < len(lines):
-        reader = csv.reader(lines[start:], delimiter=delimiter, strict=True)
+        # from line `start` on without copying the list: a file with many bad records restarts often
+        reader = csv.reader((lines[i] for i in range(start, len(lines))), delimiter=delimiter, strict=True)
         consumed = 0
         try:
             for cells in reader:
