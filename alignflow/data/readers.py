@@ -377,7 +377,8 @@ def _read_csv(file: Path, split: str | None, delimiter: str | None = None) -> It
 def header_delimiter(text: str) -> str:
     """The separator a CSV's header line uses: a comma, else the semicolon that Excel writes
     where the comma is the decimal mark (German, French...), a tab or a pipe."""
-    header = text.split("\n", 1)[0]
+    end = text.find("\n")
+    header = text if end < 0 else text[:end]  # no copy of the rest of a large file
     counts = {sep: header.count(sep) for sep in (",", ";", "\t", "|")}
     best = max(counts, key=lambda sep: counts[sep])
     return best if counts[best] > counts[","] else ","
