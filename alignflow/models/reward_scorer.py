@@ -253,6 +253,19 @@ class RewardScorer:
         return [(r - self.meta.mean) / std for r in rewards]
 
 
+def _weights_hint(config: Any) -> str:
+    """How to use a classifier trained for something else (two-class sentiment, toxicity) as
+    a reward: weigh its outputs in a description, e.g. the log-odds of the good class."""
+    labels = [str(config.id2label.get(i, i)) for i in range(config.num_labels)]
+    weights = [0.0] * len(labels)
+    weights[-1], weights[0] = 1.0, -1.0
+    example = json.dumps({"objectives": labels, "weights": weights})
+    return (
+        f"; to score with it, write {REWARD_META} giving each output a weight, e.g. {example} "
+        f"for the log-odds of {labels[-1]!r} over {labels[0]!r}"
+    )
+
+
 def load_reward_scorer(
     path: str | Path, normalize: bool = True, device: str | torch.device | None = None, batch_size: int = 32
 ) -> RewardScorer:
@@ -265,10 +278,12 @@ def load_reward_scorer(
     model = load_pretrained(AutoModelForSequenceClassification, path, "reward model", use_safetensors=True)
     require_tokenizer_fits(model, tokenizer, path)
     if model.config.num_labels != len(meta.weights):
+        described = (path / REWARD_META).exists()
         raise ModelLoadError(
             f"{path}: the classifier has {model.config.num_labels} outputs but the reward model "
             f"combines {len(meta.weights)} objective(s) ({REWARD_META} "
-            f"{'lists' if (path / REWARD_META).exists() else 'is absent, so one is expected'})"
+            f"{'lists' if described else 'is absent, so one is expected'})"
+            + ("" if described else _weights_hint(model.config))
         )
     if device is not None:
         model = model.to(device)

@@ -73,10 +73,19 @@ def test_outputs_must_match_the_objectives(tiny_model_dir, tmp_path):
         model.score.weight.normal_()  # a trained-looking head: every weight saved
     model.save_pretrained(two)
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(two)
-    with pytest.raises(ModelLoadError, match="2 outputs but the reward model combines 1 objective"):
+    with pytest.raises(ModelLoadError, match="2 outputs but the reward model combines 1 objective") as caught:
         load_reward_scorer(two)
-    (two / REWARD_META).write_text(json.dumps({"objectives": ["a", "b"], "weights": [1.0, 1.0]}))
-    assert len(load_reward_scorer(two)(["p"], ["c"])) == 1
+    hint = '{"objectives": ["LABEL_0", "LABEL_1"], "weights": [-1.0, 1.0]}'
+    assert f"write {REWARD_META} giving each output a weight, e.g. {hint}" in str(caught.value)
+    prompts, answers = ["p", "q"], ["an answer", "another"]
+
+    def rewards(weights):
+        (two / REWARD_META).write_text(json.dumps({"objectives": ["LABEL_0", "LABEL_1"], "weights": weights}))
+        return torch.tensor(load_reward_scorer(two, normalize=False)(prompts, answers))
+
+    (two / REWARD_META).write_text(hint)  # the hint, followed: class 1's logit less class 0's
+    followed = torch.tensor(load_reward_scorer(two, normalize=False)(prompts, answers))
+    torch.testing.assert_close(followed, rewards([0.0, 1.0]) - rewards([1.0, 0.0]))
 
 
 def test_a_broken_reward_description_is_named(reward_model_dir, tmp_path):
