@@ -142,7 +142,7 @@ def normalize_row(
         record = _NORMALISERS[kind](mapped)
     record["id"] = None if mapped.get("id") is None else str(mapped["id"])
     record["source"] = None if mapped.get("source") is None else str(mapped["source"])
-    record["metadata"] = _metadata(mapped)
+    record["metadata"] = _metadata(mapped) | record.get("metadata", {})
     return record
 
 
@@ -225,8 +225,22 @@ def _unpaired(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prompt(row: dict[str, Any]) -> dict[str, Any]:
+    """A prompt to answer. A conversation that ends with the assistant's turns (an SFT-style
+    ``messages`` row) is a prompt up to its last user turn; the reply it held is kept in
+    metadata as ``reference_completion``, where generating after it would continue a finished
+    exchange."""
     prompt = row.get("prompt") if row.get("prompt") is not None else row.get("messages")
-    return {"kind": RecordKind.PROMPT, "prompt": prompt}
+    record: dict[str, Any] = {"kind": RecordKind.PROMPT, "prompt": prompt}
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+        end = len(prompt)
+        while end and prompt[end - 1].get("role") == "assistant":
+            end -= 1
+        if end == 0:
+            raise RowError(Reason.BAD_CHAT, "the conversation has no turn before the assistant's", "prompt")
+        if end < len(prompt):
+            record["prompt"] = prompt[:end]
+            record["metadata"] = {"reference_completion": prompt[end:]}
+    return record
 
 
 def _winner(preferred: Any, preferred_values: dict[str, str] | None) -> str:

@@ -336,3 +336,20 @@ def test_a_nested_column_mapping_from_the_command_line_is_a_dotted_source():
         None, ["data.column_mapping.question.full_text=prompt", "data.column_mapping.a=chosen"]
     )
     assert config.data.column_mapping == {"question.full_text": "prompt", "a": "chosen"}
+
+
+def test_a_conversation_ending_with_the_assistant_is_a_prompt_up_to_the_last_user_turn():
+    """SFT-style `messages` rows as a prompt set: generating after the reply would continue a
+    finished exchange."""
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2 plus 2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    record = normalize_row({"messages": messages})
+    assert record["kind"] == "prompt" and record["prompt"] == messages[:2]
+    assert record["metadata"] == {"reference_completion": messages[2:]}
+    open_ended = normalize_row({"messages": messages[:2], "topic": "math"})
+    assert open_ended["prompt"] == messages[:2] and open_ended["metadata"] == {"topic": "math"}
+    with pytest.raises(RowError, match="no turn before the assistant's"):
+        normalize_row({"messages": messages[2:]})
