@@ -67,9 +67,16 @@ class Benchmark:
         return [entry.record for entry in self.entries]
 
     def pairs(self) -> list[dict[str, Any]]:
-        """The labelled pairs, then those formed from scored responses to one prompt
-        (HelpSteer2-style files: the higher score is chosen, equal scores form no pair)."""
-        return [*preference_pairs(self.records), *pairs_from_scored(self.scored_responses())]
+        """The labelled pairs, then those formed from scored responses to one prompt."""
+        return [*self.labelled_pairs(), *self.formed_pairs()]
+
+    def labelled_pairs(self) -> list[dict[str, Any]]:
+        return preference_pairs(self.records)
+
+    def formed_pairs(self) -> list[dict[str, Any]]:
+        """Pairs of scored responses to one prompt (HelpSteer2-style files: the higher score is
+        chosen, equal scores form no pair)."""
+        return pairs_from_scored(self.scored_responses())
 
     def scored_responses(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("kind") == RecordKind.SCORED]
@@ -318,7 +325,8 @@ def evaluate_reward_benchmark(
 ) -> dict[str, Any]:
     """The ``eval reward`` report: rows, accuracy (95% interval), ECE, margin, length bias
     and, with ``subset_column``, the same per subset. Raises ValueError with no pair to score."""
-    pairs = benchmark.pairs()
+    labelled, formed = benchmark.labelled_pairs(), benchmark.formed_pairs()
+    pairs = [*labelled, *formed]
     if not pairs:
         raise ValueError(
             f"{benchmark.path}: no valid pair rows to score ({benchmark.validation['input_rows']} read, "
@@ -326,13 +334,12 @@ def evaluate_reward_benchmark(
         )
     scored = score_benchmark_pairs(scorer, pairs)
     bias = length_bias(scored.chosen, scored.rejected, scored.chosen_lengths, scored.rejected_lengths)
-    labelled = len(preference_pairs(benchmark.records))
     responses = benchmark.scored_responses()
-    from_scores = scored_response_figures(scorer, responses, pairs[labelled:]) if responses else None
+    from_scores = scored_response_figures(scorer, responses, formed) if responses else None
     report: dict[str, Any] = {
         "kind": "reward",
         "benchmark": benchmark_info(benchmark),
-        "rows": benchmark.rows(labelled + (from_scores["paired"] if from_scores else 0)),
+        "rows": benchmark.rows(len(labelled) + (from_scores["paired"] if from_scores else 0)),
         **pair_figures(scored),
         "length_bias": bias.as_dict(),
         "scored_responses": from_scores,

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from alignflow.errors import InputError
 from alignflow.models.positions import prompt_token_budget
 
 Prompt = str | list[dict[str, str]]
@@ -86,7 +87,7 @@ def cut_prompt_text(tokenizer: Any, text: str, budget: int) -> str:
         cut = tokenizer.decode(content[-keep:])
         if len(tokenizer(cut)["input_ids"]) <= budget:  # decoding and re-reading may merge tokens
             return cut
-    raise ValueError(f"no tail of the prompt fits in {budget} tokens")
+    raise InputError(f"no tail of the prompt fits in {budget} tokens")
 
 
 @torch.no_grad()

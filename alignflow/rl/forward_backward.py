@@ -238,6 +238,8 @@ class ForwardBackwardPipeline:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device)
+        # a GPT-2/OPT-style table of absolute positions bounds prompt + sampled tokens (None: no table)
+        self.position_limit = position_limit(model, None)
         self.reference_model = reference_model
         if reference_model is not None:
             reference_model.to(self.device).eval().requires_grad_(False)
@@ -510,7 +512,7 @@ class ForwardBackwardPipeline:
     # ---- sampling -----------------------------------------------------------------------
     def _sample(self, prompt, max_tokens, temperature, top_k, top_p, stop, seed):
         prompt_ids = torch.as_tensor(prompt, dtype=torch.long).reshape(1, -1).to(self.device)
-        limit = position_limit(self.model, None)
+        limit = self.position_limit
         if limit is not None and prompt_ids.size(1) + max_tokens > limit:
             # the ids are the caller's: cutting them would sample from another prompt than given
             raise InputError(
