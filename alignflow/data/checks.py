@@ -22,6 +22,7 @@ TEXT_FIELDS = {
     "scored": ("prompt", "completion"),
     "unpaired": ("prompt", "completion"),
     "prompt": ("prompt",),
+    "ranked": ("prompt",),  # and each of its responses, see response_fields
 }
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -31,16 +32,61 @@ _NOT_WORD = re.compile(r"[\W_]+")
 _MINUS = re.compile(r"(?<!\w)-(?=\d)")
 
 
-def check_record(record: dict[str, Any], tokenizer: Any = None, max_tokens: int | None = None) -> None:
-    """Raise RowError for the first problem in one canonical record."""
+def check_record(
+    record: dict[str, Any], tokenizer: Any = None, max_tokens: int | None = None, max_chars: int | None = None
+) -> None:
+    """Raise RowError for the first problem in one canonical record.
+
+    ``max_chars`` bounds a ranked row's responses (great-expectations bounds the other fields).
+    """
     fields = TEXT_FIELDS[record["kind"]]
     shapes = {f: check_field(record.get(f), f) for f in fields}
+    if record["kind"] == "ranked":
+        shapes |= check_responses(record["responses"], max_chars)
     if len(set(shapes.values())) > 1:
         raise RowError(Reason.BAD_CHAT, "mixes plain text and chat-message fields", "prompt")
     if record["kind"] == "pair" and record["chosen"] == record["rejected"]:
         raise RowError(Reason.CHOSEN_EQUALS_REJECTED, "chosen and rejected are identical", "chosen")
+    if record["kind"] == "ranked" and not _ranks_two_texts(record["responses"], record["scores"]):
+        message = "every response is identical to each one ranked differently: no preference between texts"
+        raise RowError(Reason.CHOSEN_EQUALS_REJECTED, message, "responses")
     if tokenizer is not None and max_tokens is not None:
         check_tokens(record, fields, tokenizer, max_tokens)
+        if record["kind"] == "ranked":
+            check_response_tokens(record["responses"], tokenizer, max_tokens)
+
+
+def check_responses(responses: list, max_chars: int | None) -> dict[str, str]:
+    """Each response of a ranked row, checked as a field of its own; their shapes by place."""
+    shapes = {}
+    for i, response in enumerate(responses):
+        where = f"responses[{i}]"
+        try:
+            shapes[where] = check_field(response, where)
+        except RowError as error:
+            raise RowError(error.code, str(error), "responses") from None
+        if max_chars is not None and len(as_text(response)) > max_chars:
+            message = f"{where} has {len(as_text(response))} characters > {max_chars}"
+            raise RowError(Reason.TOO_LONG_CHARS, message, "responses")
+    return shapes
+
+
+def _ranks_two_texts(responses: list, scores: list[float]) -> bool:
+    """Whether two different texts have different scores (so the row forms at least one pair)."""
+    texts = [as_text(r) for r in responses]
+    return any(
+        scores[i] != scores[j] and texts[i] != texts[j]
+        for i in range(len(texts))
+        for j in range(i + 1, len(texts))
+    )
+
+
+def check_response_tokens(responses: list, tokenizer: Any, max_tokens: int) -> None:
+    for i, response in enumerate(responses):
+        n_tokens = len(tokenizer(as_text(response), add_special_tokens=False)["input_ids"])
+        if n_tokens > max_tokens:
+            message = f"responses[{i}] has {n_tokens} tokens > {max_tokens}"
+            raise RowError(Reason.TOO_LONG_TOKENS, message, "responses")
 
 
 def check_field(value: Any, field: str) -> str:
@@ -276,7 +322,8 @@ def record_keys(record: dict[str, Any]) -> tuple[str, str]:
     """
     kind = record["kind"]
     content = [as_text(record.get(f)) for f in TEXT_FIELDS[kind]]
-    score = record.get("score")
+    content += [as_text(r) for r in record.get("responses") or ()]
+    score = record.get("score") if kind != "ranked" else tuple(x + 0.0 for x in record["scores"])
     tag = f"{kind}|{score + 0.0 if isinstance(score, float) else score!r}|{record.get('label')!r}"
     exact = KEY_SEPARATOR.join([*content, tag])
     near = KEY_SEPARATOR.join([*(near_key_text(c) for c in content), tag])

@@ -29,6 +29,12 @@ class DataConfig(BaseModel):
         description="scored rows: the scale their score is on, e.g. [0, 4] for HelpSteer2's ratings or "
         "[1, 10] for UltraFeedback's; scores are rescaled to [0, 1] and rows outside the scale quarantined",
     )
+    response_fields: dict[Literal["text", "score", "rank"], str] = Field(
+        default_factory=dict,
+        description="ranked rows whose responses are records: the key of each one's text and of its "
+        "score (higher is better) or rank (1 is best), e.g. {text: answer, rank: rank} for Nectar; "
+        "unset, the common names are looked for (response/answer/text..., score/overall_score/rank)",
+    )
     max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="fail when more rows are bad")
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     split_seed: int = 0
@@ -65,6 +71,13 @@ class DataConfig(BaseModel):
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ValueError(f"data.score_range must be [low, high], finite, low < high; got {list(value)}")
         return value
+
+    @field_validator("response_fields")
+    @classmethod
+    def _one_order(cls, fields: dict[str, str]) -> dict[str, str]:
+        if {"score", "rank"} <= set(fields):
+            raise ValueError("data.response_fields names a score or a rank, not both")
+        return fields
 
     @field_validator("preferred_values", mode="before")
     @classmethod

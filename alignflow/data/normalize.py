@@ -11,6 +11,10 @@ Shapes (detected per row, after the column mapping is applied):
 - labelled pairs ``prompt``/``response_a``/``response_b``/``preferred`` (the mapping
   ``input``/``output_1``/``output_2``/``label`` is applied by default);
 - scored feedback ``prompt``/``response`` (or ``completion``)/``score``;
+- ranked responses to one prompt: ``chosen``/``rejected`` holding lists of responses
+  (RewardBench 2, RM-Bench), or ``responses`` with ``scores`` or ``ranks`` beside them, or
+  as records carrying their own text and score or rank (UltraFeedback's ``completions``,
+  Nectar's ``answers``, mapped to ``responses``);
 - unpaired (KTO) ``prompt``/``completion``/``label``;
 - prompt-only ``prompt``.
 
@@ -51,10 +55,17 @@ _RESERVED = {
     "response_b",
     "preferred",
     "messages",
+    "responses",
+    "scores",
+    "ranks",
 }
 RESERVED_COLUMNS = frozenset(_RESERVED)
 _PREFERRED_A = {1, "1", "a", "A", "model_a", "output_1", "response_a"}
 _PREFERRED_B = {2, "2", "b", "B", "model_b", "output_2", "response_b"}
+# keys of a response given as a record: its text, and a score (higher is better) or a rank
+RESPONSE_TEXT_KEYS = ("response", "answer", "completion", "text", "output", "content")
+RESPONSE_SCORE_KEYS = ("score", "overall_score", "rating", "reward")
+RESPONSE_RANK_KEYS = ("rank",)
 _TRUE = {True, "1", "true", "True", "yes"}
 _FALSE = {False, "0", "false", "False", "no"}
 
@@ -105,6 +116,8 @@ def _nested(value: Any, path: list[str]) -> tuple[bool, Any]:
 def detect_kind(row: dict[str, Any]) -> str:
     """Which shape of the data contract a (mapped) row has; raises RowError when none fits."""
     present = {k for k, v in row.items() if v is not None}
+    if "responses" in present or is_response_list(row.get("chosen")) or is_response_list(row.get("rejected")):
+        return "ranked"
     if {"chosen", "rejected"} & present:
         return "pair"
     if {"response_a", "response_b"} & present:
@@ -125,12 +138,15 @@ def normalize_row(
     mapping: dict[str, str] | None = None,
     preferred_values: dict[str, str] | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
+    response_fields: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One input row -> one canonical record (``kind`` set, extra columns in metadata).
 
     ``preferred_values`` says which response each value of a labelled pair's ``preferred``
     column names ('a', 'b' or 'tie'); without it the common spellings are read (1/2, a/b...).
     ``score_range`` is the scale a scored row's score is on; the record holds it in [0, 1].
+    ``response_fields`` names the ``text`` and ``score`` (or ``rank``) keys of responses given
+    as records; without it the common names are looked for.
     """
     mapped = apply_mapping(row, mapping or {})
     kind = detect_kind(mapped)
@@ -138,6 +154,8 @@ def normalize_row(
         record = _labelled(mapped, preferred_values)
     elif kind == "scored":
         record = _scored(mapped, score_range)
+    elif kind == "ranked":
+        record = _ranked(mapped, response_fields or {})
     else:
         record = _NORMALISERS[kind](mapped)
     record["id"] = None if mapped.get("id") is None else str(mapped["id"])
@@ -205,6 +223,109 @@ def _scored(row: dict[str, Any], score_range: tuple[float, float] = (0.0, 1.0)) 
         "completion": completion,
         "score": (score - low) / (high - low),
     }
+
+
+def is_response_list(value: Any) -> bool:
+    """A list of responses (texts or message lists), as opposed to one message list."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str | list) for v in value)
+
+
+def _ranked(row: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
+    """Responses to one prompt with an order: every response with a higher score is preferred
+    to every one with a lower score. Lists of chosen and rejected responses score 1 and 0."""
+    prompt = _required(row, "prompt")
+    if row.get("responses") is not None:
+        responses, scores, details = _rated_responses(row, fields)
+    else:
+        chosen, rejected = _side(row, "chosen"), _side(row, "rejected")
+        responses, scores, details = chosen + rejected, [1.0] * len(chosen) + [0.0] * len(rejected), []
+    if len(responses) < 2:
+        raise RowError(
+            Reason.MISSING_FIELD, "'responses' holds fewer than two responses to rank", "responses"
+        )
+    if len(set(scores)) < 2:
+        raise RowError(Reason.TIE, f"all {len(responses)} responses rank equal: none is preferred", "scores")
+    record = {"kind": RecordKind.RANKED, "prompt": prompt, "responses": responses, "scores": scores}
+    if any(details):
+        record["metadata"] = {"response_details": details}
+    return record
+
+
+def _side(row: dict[str, Any], field: str) -> list[Any]:
+    """One side of a ranked row as a list: a single response (text or messages) is a list of one."""
+    value = _required(row, field)
+    if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise RowError(Reason.MISSING_FIELD, f"{field!r} holds no response", field)
+    return value
+
+
+def _rated_responses(row: dict[str, Any], fields: dict[str, str]) -> tuple[list, list[float], list[dict]]:
+    """Responses with their scores (higher is better; a rank counts as minus itself), and what
+    else each response record carried (its model, annotations...), kept for the metadata."""
+    responses = row["responses"]
+    if not isinstance(responses, list):
+        raise RowError(
+            Reason.NON_STRING_FIELD,
+            f"'responses' is {type(responses).__name__}, expected a list",
+            "responses",
+        )
+    if responses and all(isinstance(r, dict) and "role" not in r for r in responses):
+        return _response_records(responses, fields)
+    if row.get("scores") is not None:
+        values, sign, field = row["scores"], 1.0, "scores"
+    elif row.get("ranks") is not None:
+        values, sign, field = row["ranks"], -1.0, "ranks"
+    else:
+        raise RowError(Reason.MISSING_FIELD, "'responses' needs 'scores' or 'ranks' beside it", "scores")
+    if not isinstance(values, list) or len(values) != len(responses):
+        count = len(values) if isinstance(values, list) else type(values).__name__
+        message = f"{field!r} has {count} values for {len(responses)} responses"
+        raise RowError(Reason.SCORE_INVALID, message, field)
+    return responses, [sign * _finite(v, f"{field}[{i}]", field) for i, v in enumerate(values)], []
+
+
+def _response_records(records: list[dict], fields: dict[str, str]) -> tuple[list, list[float], list[dict]]:
+    """Responses given as records (UltraFeedback ``completions``, Nectar ``answers``)."""
+    text = fields.get("text") or _first_key(records, RESPONSE_TEXT_KEYS, "text")
+    if "score" in fields or "rank" in fields:
+        key, sign = (fields["score"], 1.0) if "score" in fields else (fields["rank"], -1.0)
+    else:
+        score = _first_key(records, (*RESPONSE_SCORE_KEYS, *RESPONSE_RANK_KEYS), "score")
+        key, sign = score, -1.0 if score in RESPONSE_RANK_KEYS else 1.0
+    responses, scores = [], []
+    for i, item in enumerate(records):
+        if item.get(text) is None:
+            raise RowError(Reason.MISSING_FIELD, f"responses[{i}] has no {text!r}", "responses")
+        responses.append(item[text])
+        scores.append(sign * _finite(item.get(key), f"responses[{i}].{key}", "responses"))
+    details = [{k: v for k, v in item.items() if k not in (text, key)} for item in records]
+    return responses, scores, details
+
+
+def _first_key(records: list[dict], names: tuple[str, ...], what: str) -> str:
+    """The first of ``names`` that the first response record has; RowError naming its keys if none."""
+    for name in names:
+        if name in records[0]:
+            return name
+    message = (
+        f"responses[0] has no {what} key among {list(names)} (its keys: {sorted(records[0])}); "
+        f"name it with data.response_fields.{what}"
+    )
+    raise RowError(Reason.MISSING_FIELD, message, "responses")
+
+
+def _finite(value: Any, where: str, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise RowError(Reason.SCORE_INVALID, f"{where} {value!r} is not a number", field)
+    try:
+        number = float(value)
+    except ValueError:
+        raise RowError(Reason.SCORE_INVALID, f"{where} {value!r} is not a number", field) from None
+    if not math.isfinite(number):
+        raise RowError(Reason.SCORE_INVALID, f"{where} {value!r} is not a finite number", field)
+    return number
 
 
 def _unpaired(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,14 @@
-"""Preference pairs of a snapshot split: the ``pair`` rows plus pairs formed from ratings.
+"""Preference pairs of a snapshot split: the ``pair`` rows plus pairs formed from ratings
+and rankings.
 
-Two ratings of one prompt with different scores make a pair (the higher score is chosen);
-this is what every pairwise consumer (reward model, DPO, evaluation) trains or measures on.
+Two ratings of one prompt with different scores make a pair (the higher score is chosen), as
+do two responses of one ranked row; this is what every pairwise consumer (reward model, DPO,
+evaluation) trains or measures on.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -45,10 +48,42 @@ def pairs_from_scored(records: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     return pairs
 
 
+def pairs_from_ranked(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of one ranked row's responses with different scores, the higher one chosen
+    (a RewardBench 2 row of one chosen and three rejected makes three pairs). No margin: a
+    ranking's scores are on no declared scale. A text listed twice pairs with neither copy."""
+    pairs = []
+    for record in records:
+        responses, scores = record["responses"], record["scores"]
+        for i, j in itertools.combinations(range(len(responses)), 2):
+            if scores[i] == scores[j] or responses[i] == responses[j]:
+                continue
+            hi, lo = (i, j) if scores[i] > scores[j] else (j, i)
+            pairs.append(
+                {
+                    "id": f"{record.get('id')}:{hi}>{lo}",
+                    "prompt": record["prompt"],
+                    "chosen": responses[hi],
+                    "rejected": responses[lo],
+                    "source": record.get("source"),
+                    "metadata": record.get("metadata") or {},
+                }
+            )
+    return pairs
+
+
+def best_responses(record: Mapping[str, Any]) -> list[Any]:
+    """The responses of a ranked row that share its top score."""
+    top = max(record["scores"])
+    return [r for r, s in zip(record["responses"], record["scores"], strict=True) if s == top]
+
+
 def load_pairs(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
-    """A split's preference pairs: ``pair`` rows plus pairs derived from ``scored`` rows."""
-    return load_split(data_dir, split, kind="pair") + pairs_from_scored(
-        load_split(data_dir, split, kind="scored")
+    """A split's preference pairs: ``pair`` rows plus pairs formed from ``scored`` and ``ranked`` rows."""
+    return (
+        load_split(data_dir, split, kind="pair")
+        + pairs_from_scored(load_split(data_dir, split, kind="scored"))
+        + pairs_from_ranked(load_split(data_dir, split, kind="ranked"))
     )
 
 
@@ -84,8 +119,8 @@ def corpus_texts(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every text field of the records: what the tiny preset trains its tokenizer on."""
     texts = []
     for record in records:
-        for key in ("prompt", "chosen", "rejected", "completion"):
-            value = record.get(key)
+        values = [record.get(key) for key in ("prompt", "chosen", "rejected", "completion")]
+        for value in [*values, *(record.get("responses") or ())]:
             if isinstance(value, str):
                 texts.append(value)
             elif isinstance(value, list):

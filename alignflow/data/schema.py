@@ -2,7 +2,8 @@
 
 One row per input row, whatever its shape, so that counts add up end to end:
 ``kind`` says which shape it is. Chat-message fields are stored as JSON text in the same
-columns (``conversational`` is True); ``decode_record`` turns them back into lists.
+columns (``conversational`` is True), a ranked row's responses always as a JSON list;
+``decode_record`` turns them back into lists.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class RecordKind(StrEnum):
     SCORED = "scored"  # prompt, completion, score in [0, 1]
     UNPAIRED = "unpaired"  # prompt, completion, label (KTO)
     PROMPT = "prompt"  # prompt only (online RL)
+    RANKED = "ranked"  # prompt, responses (two or more), scores (one each, higher is better)
 
 
 COLUMNS: dict[str, pa.DataType] = {
@@ -31,6 +33,8 @@ COLUMNS: dict[str, pa.DataType] = {
     "score": pa.float64(),
     "label": pa.bool_(),
     "margin": pa.float64(),
+    "responses": pa.string(),  # JSON list: each response text or a message list
+    "scores": pa.list_(pa.float64()),
     "conversational": pa.bool_(),
     "source": pa.string(),
     "metadata": pa.string(),  # JSON object
@@ -48,6 +52,8 @@ def encode_record(record: dict[str, Any]) -> dict[str, Any]:
         for field in MESSAGE_FIELDS:
             if record.get(field) is not None:
                 row[field] = json.dumps(record[field], ensure_ascii=False)
+    if record.get("responses") is not None:
+        row["responses"] = json.dumps(record["responses"], ensure_ascii=False)
     row["metadata"] = json.dumps(record.get("metadata") or {}, ensure_ascii=False, sort_keys=True)
     row["kind"] = str(record.get("kind") or RecordKind.PAIR)
     return row
@@ -60,5 +66,7 @@ def decode_record(row: dict[str, Any]) -> dict[str, Any]:
         for field in MESSAGE_FIELDS:
             if isinstance(record.get(field), str):
                 record[field] = json.loads(record[field])
+    if isinstance(record.get("responses"), str):
+        record["responses"] = json.loads(record["responses"])
     record["metadata"] = json.loads(row.get("metadata") or "{}")
     return record

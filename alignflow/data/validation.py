@@ -298,7 +298,9 @@ class _Run:
     def normalize(self, data: dict[str, Any]) -> dict[str, Any]:
         """One row as a canonical record under the config's column mapping, label coding and score scale."""
         config = self.config
-        return normalize_row(data, self.mapping, config.preferred_values, config.score_range)
+        return normalize_row(
+            data, self.mapping, config.preferred_values, config.score_range, config.response_fields
+        )
 
     def _issue(self, code: Reason, message: str, raw: RawRow, field_name: str | None) -> Issue:
         return Issue(code, message, raw.file, raw.row, field_name, raw.data if self.keep else None)
@@ -343,7 +345,7 @@ class _Run:
                 return
             try:
                 record = self.normalize(raw.data)
-                check_record(record, self.tokenizer, self.config.max_tokens)
+                check_record(record, self.tokenizer, self.config.max_tokens, self.config.max_chars)
             except RowError as error:
                 read_issues.append((pos, self._issue(error.code, str(error), raw, error.field)))
                 return

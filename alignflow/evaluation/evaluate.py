@@ -51,7 +51,7 @@ def checked_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
             raise ValueError(f"records[{index}] is {type(record).__name__}, not a mapping")
         try:
             canonical = record if "kind" in record else normalize_row(dict(record))
-            if canonical["kind"] == "pair":
+            if canonical["kind"] in ("pair", "ranked"):
                 check_record(canonical)
         except RowError as error:
             raise ValueError(f"records[{index}] field {error.field!r}: {error.code}: {error}") from None

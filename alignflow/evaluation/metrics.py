@@ -10,14 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from alignflow.data.demo import task_accuracy
+from alignflow.data.pairing import pairs_from_ranked
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.prompting import completion_text
 
 
 def preference_pairs(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The labelled pairs among canonical records (scored and prompt-only rows are not pairs)."""
-    return [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None]
+    """The labelled pairs among canonical records, then those of ranked rows (scored and
+    prompt-only rows are not pairs)."""
+    labelled = [r for r in records if r.get("kind", "pair") == "pair" and r.get("chosen") is not None]
+    return labelled + pairs_from_ranked(r for r in records if r.get("kind") == "ranked")
 
 
 def score_pairs(

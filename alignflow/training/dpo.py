@@ -131,7 +131,7 @@ def run_dpo(
     """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
     stage = config.dpo
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    pairs = require_rows(load_pairs(data_dir, "train"), data_dir, "train", "pair/scored")
+    pairs = require_rows(load_pairs(data_dir, "train"), data_dir, "train", "pair/scored/ranked")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     tokenizer = AutoTokenizer.from_pretrained(start)

@@ -350,7 +350,7 @@ def run_reward(
     lora = peft_config(config.model, task_type="SEQ_CLS")
     metrics: dict[str, float] = {}
     if stage.mode == "pairwise" and len(names) == 1:
-        require_rows(train_pairs, data_dir, "train", "pair/scored")
+        require_rows(train_pairs, data_dir, "train", "pair/scored/ranked")
         if stage.noisy_pair_fraction:
             n_read = len(train_pairs)
             train_pairs = set_aside_noisy_pairs(model, tokenizer, train_pairs, stage, seed, output_dir)

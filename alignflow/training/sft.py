@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
-from alignflow.data.pairing import require_rows
+from alignflow.data.pairing import best_responses, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
@@ -36,10 +36,12 @@ class AlignflowSFTTrainer(StageTrainerMixin, SFTTrainer):
 
 
 def sft_examples(data_dir: str | Path, split: str, min_score: float) -> list[dict[str, Any]]:
-    """What SFT imitates: each pair's chosen response, and scored responses >= ``min_score``."""
+    """What SFT imitates: each pair's chosen response, scored responses >= ``min_score`` and
+    the top-ranked responses of ranked rows."""
     try:
         pairs = load_split(data_dir, split, kind="pair")
         scored = load_split(data_dir, split, kind="scored")
+        ranked = load_split(data_dir, split, kind="ranked")
     except FileNotFoundError:
         if split == "train":
             raise
@@ -47,6 +49,7 @@ def sft_examples(data_dir: str | Path, split: str, min_score: float) -> list[dic
     rows = [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
     good = [r for r in scored if r["score"] >= min_score]
     rows += [{"prompt": r["prompt"], "completion": r["completion"]} for r in good]
+    rows += [{"prompt": r["prompt"], "completion": best} for r in ranked for best in best_responses(r)]
     return rows
 
 
@@ -67,7 +70,7 @@ def run_sft(
     stage = config.sft
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     train_rows = sft_examples(data_dir, "train", stage.min_score)
-    require_rows(train_rows, data_dir, "train", "pair/scored")
+    require_rows(train_rows, data_dir, "train", "pair/scored/ranked")
     eval_rows = sft_examples(data_dir, "eval", stage.min_score)[: stage.eval_max_rows or None]
 
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)

@@ -41,5 +41,6 @@ def test_data_a_training_stage_cannot_use_stops_the_run_in_one_line(tmp_path, mo
     assert "Traceback" not in result.output, result.output
     assert "sft: failed" in result.output
     assert re.search(
-        r"error: .*train\.parquet: no pair/scored rows for this stage \(it holds \d+ prompt\)", result.output
+        r"error: .*train\.parquet: no pair/scored/ranked rows for this stage \(it holds \d+ prompt\)",
+        result.output,
     )
