@@ -26,7 +26,7 @@ import numpy as np
 from alignflow.data.checks import as_text, near_key_text
 from alignflow.data.config import DataConfig
 from alignflow.data.issues import Issue
-from alignflow.data.pairing import pairs_from_scored
+from alignflow.data.pairing import pairs_from_ranked, pairs_from_scored
 from alignflow.data.readers import read_rows
 from alignflow.data.schema import RecordKind
 from alignflow.data.split import prompt_key
@@ -41,7 +41,7 @@ from alignflow.evaluation.calibration import pairwise_report
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import Estimate, is_bound_key, put_estimate, wilson, wilson_of
 from alignflow.evaluation.judges import Judge, Scorer
-from alignflow.evaluation.metrics import completion_lengths, mean, preference_pairs
+from alignflow.evaluation.metrics import completion_lengths, mean
 from alignflow.models.prompting import completion_text
 
 MISSING_SUBSET = "(missing)"
@@ -67,11 +67,18 @@ class Benchmark:
         return [entry.record for entry in self.entries]
 
     def pairs(self) -> list[dict[str, Any]]:
-        """The labelled pairs, then those formed from scored responses to one prompt."""
-        return [*self.labelled_pairs(), *self.formed_pairs()]
+        """The labelled pairs, then those of ranked rows and of scored responses to one prompt."""
+        return [*self.labelled_pairs(), *self.ranked_pairs(), *self.formed_pairs()]
 
     def labelled_pairs(self) -> list[dict[str, Any]]:
-        return preference_pairs(self.records)
+        return [r for r in self.records if r.get("kind") == RecordKind.PAIR]
+
+    def ranked_rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == RecordKind.RANKED]
+
+    def ranked_pairs(self) -> list[dict[str, Any]]:
+        """Pairs within each ranked row (RewardBench 2, RM-Bench): higher score chosen."""
+        return pairs_from_ranked(self.ranked_rows())
 
     def formed_pairs(self) -> list[dict[str, Any]]:
         """Pairs of scored responses to one prompt (HelpSteer2-style files: the higher score is
@@ -237,24 +244,32 @@ def raw_scorer(scorer: Scorer) -> Scorer:
     return getattr(scorer, "raw", scorer)
 
 
-def score_once(scorer: Scorer, prompts: Sequence[Any], completions: Sequence[str]) -> list[float]:
-    """``scorer`` on each (prompt, completion), every distinct one scored once: a response to a
-    prompt with four scored answers sits in three formed pairs."""
-    keys = [(prompt_key(p), c) for p, c in zip(prompts, completions, strict=True)]
-    first: dict[tuple[str, str], int] = {}
-    for i, key in enumerate(keys):
-        first.setdefault(key, i)
-    rewards = scorer([prompts[i] for i in first.values()], [completions[i] for i in first.values()])
-    by_key = dict(zip(first, rewards, strict=True))
-    return [by_key[key] for key in keys]
+class ScoreOnce:
+    """A scorer's raw rewards, each distinct (prompt, response) scored once per evaluation: a
+    response sits in several formed pairs, and again in the correlation and best-of-n figures."""
+
+    def __init__(self, scorer: Scorer):
+        self.scorer = raw_scorer(scorer)
+        self.rewards: dict[tuple[str, str], float] = {}
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[str]) -> list[float]:
+        keys = [(prompt_key(p), c) for p, c in zip(prompts, completions, strict=True)]
+        new: dict[tuple[str, str], int] = {}
+        for i, key in enumerate(keys):
+            if key not in self.rewards:
+                new.setdefault(key, i)
+        if new:
+            scored = self.scorer([prompts[i] for i in new.values()], [completions[i] for i in new.values()])
+            self.rewards.update(zip(new, scored, strict=True))
+        return [self.rewards[key] for key in keys]
 
 
-def score_benchmark_pairs(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> ScoredPairs:
+def score_benchmark_pairs(score: ScoreOnce, pairs: Sequence[Mapping[str, Any]]) -> ScoredPairs:
     """Raw scores and the lengths in characters of every chosen and rejected response."""
     chosen = [completion_text(p["chosen"]) for p in pairs]
     rejected = [completion_text(p["rejected"]) for p in pairs]
     prompts = [p["prompt"] for p in pairs]
-    rewards = score_once(raw_scorer(scorer), [*prompts, *prompts], [*chosen, *rejected])
+    rewards = score([*prompts, *prompts], [*chosen, *rejected])
     return ScoredPairs(
         rewards[: len(pairs)],
         rewards[len(pairs) :],
@@ -264,12 +279,12 @@ def score_benchmark_pairs(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) ->
 
 
 def scored_response_figures(
-    scorer: Scorer, responses: Sequence[Mapping[str, Any]], formed: Sequence[Mapping[str, Any]]
+    score: ScoreOnce, responses: Sequence[Mapping[str, Any]], formed: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """How a reward model's scores of scored responses follow their scores: the Spearman rank
     correlation over all of them, and how many sat in a formed pair."""
     texts = [completion_text(r["completion"]) for r in responses]
-    rewards = score_once(raw_scorer(scorer), [r["prompt"] for r in responses], texts)
+    rewards = score([r["prompt"] for r in responses], texts)
     sides = ((p["prompt"], side) for p in formed for side in (p["chosen"], p["rejected"]))
     in_pairs = {(prompt_key(prompt), completion_text(side)) for prompt, side in sides}
     paired = sum((prompt_key(r["prompt"]), t) in in_pairs for r, t in zip(responses, texts, strict=True))
@@ -278,6 +293,31 @@ def scored_response_figures(
         "paired": paired,
         "pairs": len(formed),
         "spearman_reward_score": spearman(rewards, [r["score"] for r in responses]),
+    }
+
+
+def best_of_n(score: ScoreOnce, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per ranked row, 1.0 when the response the reward model scores highest is one of the
+    row's best (RewardBench 2's accuracy: the chosen answer beats every rejected one). A tie
+    with a worse response, or a reward that is not finite, counts as wrong."""
+    prompts = [r["prompt"] for r in rows for _ in r["responses"]]
+    rewards = iter(score(prompts, [completion_text(x) for r in rows for x in r["responses"]]))
+    outcomes = []
+    for row in rows:
+        mine = [next(rewards) for _ in row["responses"]]
+        top = max(row["scores"])
+        best = max(x for x, s in zip(mine, row["scores"], strict=True) if s == top)
+        rest = max(x for x, s in zip(mine, row["scores"], strict=True) if s != top)
+        outcomes.append(1.0 if all(map(math.isfinite, mine)) and best > rest else 0.0)
+    return outcomes
+
+
+def ranked_figures(score: ScoreOnce, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Ranked rows as a whole: how often the reward model's favourite is a best response."""
+    return {
+        "rows": len(rows),
+        "responses": sum(len(r["responses"]) for r in rows),
+        "best_of_n_accuracy": wilson_of(best_of_n(score, rows)).as_dict(),
     }
 
 
@@ -306,17 +346,27 @@ def subset_value(record: Mapping[str, Any], column: str) -> str:
 
 
 def subset_table(
-    pairs: Sequence[Mapping[str, Any]], scored: ScoredPairs, column: str
+    pairs: Sequence[Mapping[str, Any]],
+    scored: ScoredPairs,
+    column: str,
+    ranked: Sequence[Mapping[str, Any]] = (),
+    score: ScoreOnce | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per subset value (sorted): the pair figures and the length bias of its rows."""
+    """Per subset value (sorted): the pair figures and the length bias of its rows, and the
+    best-of-n accuracy of its ranked rows where it has some."""
     groups: dict[str, list[int]] = {}
     for i, pair in enumerate(pairs):
         groups.setdefault(subset_value(pair, column), []).append(i)
+    rows_by_value: dict[str, list[Mapping[str, Any]]] = {}
+    for row in ranked:
+        rows_by_value.setdefault(subset_value(row, column), []).append(row)
     table = {}
     for value, index in sorted(groups.items()):
         part = scored.subset(index)
         bias = length_bias(part.chosen, part.rejected, part.chosen_lengths, part.rejected_lengths)
         table[value] = {**pair_figures(part), "length_gap": bias.gap}
+        if value in rows_by_value and score is not None:
+            table[value]["best_of_n_accuracy"] = wilson_of(best_of_n(score, rows_by_value[value])).as_dict()
     return table
 
 
@@ -325,24 +375,29 @@ def evaluate_reward_benchmark(
 ) -> dict[str, Any]:
     """The ``eval reward`` report: rows, accuracy (95% interval), ECE, margin, length bias
     and, with ``subset_column``, the same per subset. Raises ValueError with no pair to score."""
-    labelled, formed = benchmark.labelled_pairs(), benchmark.formed_pairs()
-    pairs = [*labelled, *formed]
+    labelled, ranked, formed = benchmark.labelled_pairs(), benchmark.ranked_rows(), benchmark.formed_pairs()
+    within_ranked = pairs_from_ranked(ranked)
+    pairs = [*labelled, *within_ranked, *formed]
     if not pairs:
         raise ValueError(
             f"{benchmark.path}: no valid pair rows to score ({benchmark.validation['input_rows']} read, "
             f"{benchmark.validation['quarantined']} quarantined, kinds {benchmark.validation['kinds']})"
         )
-    scored = score_benchmark_pairs(scorer, pairs)
+    score = ScoreOnce(scorer)
+    scored = score_benchmark_pairs(score, pairs)
     bias = length_bias(scored.chosen, scored.rejected, scored.chosen_lengths, scored.rejected_lengths)
     responses = benchmark.scored_responses()
-    from_scores = scored_response_figures(scorer, responses, formed) if responses else None
+    from_scores = scored_response_figures(score, responses, formed) if responses else None
+    from_ranks = ranked_figures(score, ranked) if ranked else None
+    rows_scored = len(labelled) + len(ranked) + (from_scores["paired"] if from_scores else 0)
     report: dict[str, Any] = {
         "kind": "reward",
         "benchmark": benchmark_info(benchmark),
-        "rows": benchmark.rows(len(labelled) + (from_scores["paired"] if from_scores else 0)),
+        "rows": benchmark.rows(rows_scored),
         **pair_figures(scored),
         "length_bias": bias.as_dict(),
         "scored_responses": from_scores,
+        "ranked": from_ranks,
         "subsets": None,
         "notes": [],
     }
@@ -350,6 +405,12 @@ def evaluate_reward_benchmark(
         report["notes"].append(
             f"{report['tied_pairs']} of {len(pairs)} pairs got the same reward for both responses: they "
             "count as wrong (a model whose rewards do not tell responses apart scores 0, not 0.5)"
+        )
+    if from_ranks:
+        report["notes"].append(
+            f"{len(within_ranked)} pairs from {from_ranks['rows']} ranked rows ({from_ranks['responses']} "
+            "responses; every response pairs with each one ranked below it); best_of_n_accuracy counts a "
+            "row right when the reward model's favourite is one of its best"
         )
     if from_scores:
         report["notes"].append(
@@ -363,7 +424,7 @@ def evaluate_reward_benchmark(
             "their pairs count as wrong and ECE cannot be measured"
         )
     if subset_column:
-        groups = subset_table(pairs, scored, subset_column)
+        groups = subset_table(pairs, scored, subset_column, ranked, score)
         report["subsets"] = {"column": subset_column, "groups": groups}
         if set(groups) == {MISSING_SUBSET}:
             report["notes"].append(f"no scored row has a value in column {subset_column!r}")
@@ -397,8 +458,12 @@ def reward_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
     metrics |= _row_metrics(report["rows"])
     if report.get("scored_responses"):
         metrics["scored/spearman_reward_score"] = report["scored_responses"]["spearman_reward_score"]
+    if report.get("ranked"):
+        _estimate(metrics, "ranked/best_of_n_accuracy", report["ranked"]["best_of_n_accuracy"])
     for value, figures in ((report.get("subsets") or {}).get("groups") or {}).items():
         _estimate(metrics, f"subset/{value}/reward_accuracy", figures["accuracy"])
+        if "best_of_n_accuracy" in figures:
+            _estimate(metrics, f"subset/{value}/best_of_n_accuracy", figures["best_of_n_accuracy"])
     return metrics
 
 
@@ -605,6 +670,12 @@ def _metric_rows(metrics: Mapping[str, float | None]) -> list[str]:
     return lines
 
 
+def _value_and_interval(estimate: Mapping[str, Any] | None) -> list[Any]:
+    if estimate is None:
+        return [None, ""]
+    return [estimate["value"], f"[{_cell(estimate['low'])}, {_cell(estimate['high'])}]"]
+
+
 def _quarantine_row(q: Mapping[str, Any]) -> str:
     where = f"{q['file']}:{q['row']}" if q["row"] is not None else q["file"]
     return f"| {_cell(where)} | {_cell(q['field'])} | `{q['code']}` | {_cell(q['message'])} |"
@@ -631,14 +702,17 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     subsets = report.get("subsets")
     if subsets:
         lines += ["", f"## By `{subsets['column']}`", ""]
+        ranked = any("best_of_n_accuracy" in g for g in subsets["groups"].values())
         lines += [
-            "| subset | pairs | accuracy | 95% interval | ECE | margin | length gap |",
-            "|---|---|---|---|---|---|---|",
+            "| subset | pairs | accuracy | 95% interval | ECE | margin | length gap |"
+            + (" best of n | 95% interval |" if ranked else ""),
+            "|---|---|---|---|---|---|---|" + ("---|---|" if ranked else ""),
         ]
         for value, g in subsets["groups"].items():
-            a = g["accuracy"]
-            cells = [value, g["pairs"], a["value"], f"[{_cell(a['low'])}, {_cell(a['high'])}]"]
+            cells = [value, g["pairs"], *_value_and_interval(g["accuracy"])]
             cells += [g["ece"], g["margin_mean"], g["length_gap"]]
+            if ranked:
+                cells += _value_and_interval(g.get("best_of_n_accuracy"))
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if report.get("samples"):
         columns = list(report["samples"][0])

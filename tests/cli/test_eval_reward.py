@@ -19,6 +19,13 @@ def _invoke(*args: str):
     return runner.invoke(app, ["eval", "reward", *args], catch_exceptions=False)
 
 
+def _evaluate(model_dir, data, out, *args: str):
+    """``eval reward`` of ``data`` into ``out``: the CLI result and the report it wrote."""
+    result = _invoke("--model", str(model_dir), "--data", str(data), "--output", str(out), *args)
+    path = out / "report.json"
+    return result, json.loads(path.read_text()) if path.exists() else None
+
+
 def test_reward_model_on_the_hh_rlhf_test_split(hh_rlhf_path, reward_model_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "out"
@@ -79,18 +86,8 @@ def _bad_rows_file(path):
 def test_bad_rows_are_quarantined_counted_and_reported(reward_model_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     data, out = _bad_rows_file(tmp_path / "mixed.jsonl"), tmp_path / "out"
-    result = _invoke(
-        "--model",
-        str(reward_model_dir),
-        "--data",
-        str(data),
-        "--output",
-        str(out),
-        "--subset-column",
-        "topic",
-    )
+    result, report = _evaluate(reward_model_dir, data, out, "--subset-column", "topic")
     assert result.exit_code == 0, result.output
-    report = json.loads((out / "report.json").read_text())
     rows = report["rows"]
     assert (rows["read"], rows["scored"], rows["quarantined"]) == (10, 6, 4)
     assert rows["quarantined_by_reason"] == {
@@ -234,6 +231,54 @@ def test_a_benchmark_of_rated_responses_is_paired_per_prompt(reward_model_dir, t
     assert report["rows"]["valid_not_scored"] == 2 and report["rows"]["quarantined"] == 0
     assert -1.0 <= report["scored_responses"]["spearman_reward_score"] <= 1.0
     assert "scored/spearman_reward_score" in result.output
+
+
+def test_benchmarks_that_rank_several_responses_per_prompt(reward_model_dir, tmp_path):
+    """RewardBench 2 lists one chosen and three rejected answers; Nectar ranks its answers."""
+    data, out = tmp_path / "rewardbench2.jsonl", tmp_path / "out"
+    rows = [
+        {
+            "id": f"rb-{i}",
+            "prompt": f"What is {i} plus 1?",
+            "chosen": [f"The answer is {i + 1}."],
+            "rejected": [f"The answer is {i + 2}.", f"No {i}", f"It is {i}."],
+            "subset": ["Math", "Focus"][i % 2],
+        }
+        for i in range(6)
+    ]
+    rows.append({"id": "rb-bad", "prompt": "Broken?", "chosen": ["Yes."], "rejected": ["No.", 3]})
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result, report = _evaluate(reward_model_dir, data, out, "--subset-column", "subset")
+    assert result.exit_code == 0, result.output
+    assert report["rows"]["scored"] == 6 and report["pairs"] == 18
+    assert (
+        report["rows"]["quarantined_rows"][0]["message"] == "'responses[2]' is int, expected text or messages"
+    )
+    best = report["ranked"]["best_of_n_accuracy"]
+    assert best["n"] == 6 and 0.0 <= best["low"] <= best["value"] <= best["high"] <= 1.0
+    assert set(report["subsets"]["groups"]) == {"Focus", "Math"}
+    assert report["subsets"]["groups"]["Math"]["best_of_n_accuracy"]["n"] == 3
+    assert "ranked/best_of_n_accuracy" in result.output
+
+    nectar = tmp_path / "nectar.jsonl"
+    answers = ["I can help with that.", "Sure, here it is.", "No."]
+    rows = [
+        {
+            "prompt": f"\n\nHuman: Help me with task {i}\n\nAssistant:",
+            "answers": [
+                {"answer": f"{a} ({i})", "model": f"m{k}", "rank": k + 1} for k, a in enumerate(answers)
+            ],
+        }
+        for i in range(4)
+    ]
+    nectar.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result, _ = _evaluate(reward_model_dir, nectar, out)  # unmapped, `answers` is just another column
+    assert result.exit_code == 1, result.output
+    result, report = _evaluate(
+        reward_model_dir, nectar, out, "--set", "data.column_mapping.answers=responses"
+    )
+    assert result.exit_code == 0, result.output
+    assert report["pairs"] == 12 and report["ranked"]["rows"] == 4 and report["rows"]["quarantined"] == 0
 
 
 @pytest.mark.slow

@@ -184,7 +184,9 @@ def test_scored_responses_to_one_prompt_are_paired_and_correlated(tmp_path):
     rows = report["rows"]
     assert (rows["read"], rows["scored"], rows["valid_not_scored"], rows["quarantined"]) == (15, 12, 3, 0)
     assert "12 pairs formed from 12 of 15 scored responses" in report["notes"][0]
-    assert calls == [12, 15], "each distinct response is scored once per pass, not once per pair"
+    # each distinct response is scored once per evaluation: the 12 paired ones for the pairs,
+    # then only the 3 left over (lone and tied) for the correlation
+    assert calls == [12, 3]
 
     shortest_wins = benchmark.evaluate_reward_benchmark(lambda p, c: [-x for x in length_scorer(p, c)], bench)
     assert shortest_wins["accuracy"]["value"] == 0.0
@@ -209,3 +211,69 @@ def test_pairs_scored_equal_are_counted_wrong_and_noted(tmp_path):
         "rewards do not tell responses apart scores 0, not 0.5)"
     ]
     assert benchmark.evaluate_reward_benchmark(length_scorer, bench)["tied_pairs"] == 0
+
+
+def rewardbench2_rows() -> list[dict]:
+    """RewardBench 2's shape: one chosen and three rejected answers per prompt, in subsets.
+
+    For a scorer that rewards length, the 'long' subset's chosen answer is the longest of its
+    row (right) and the 'short' subset's is the shortest (wrong, though it still beats one)."""
+    rows = []
+    for i in range(4):
+        rows.append(
+            {
+                "prompt": f"long {i}",
+                "chosen": [f"a careful, complete answer {i}"],
+                "rejected": [f"no {i}", f"maybe {i}", f"a longish reply {i}"],
+                "subset": "long",
+            }
+        )
+        rows.append(
+            {
+                "prompt": f"short {i}",
+                "chosen": [f"yes {i}"],
+                "rejected": [f"y {i}", f"a wordy reply {i}", f"a very wordy reply {i}"],
+                "subset": "short",
+            }
+        )
+    return rows
+
+
+def test_ranked_rows_report_pairwise_and_best_of_n_accuracy(tmp_path):
+    bench = benchmark.read_benchmark(write_jsonl(tmp_path / "rb2.jsonl", rewardbench2_rows()))
+    calls: list[int] = []
+
+    def counting(prompts, completions):
+        calls.append(len(completions))
+        return length_scorer(prompts, completions)
+
+    report = benchmark.evaluate_reward_benchmark(counting, bench, subset_column="subset")
+    assert report["pairs"] == 24 and report["rows"]["scored"] == 8
+    assert report["accuracy"]["value"] == pytest.approx((12 + 4) / 24)  # short rows: 1 of 3 pairs right
+    ranked = report["ranked"]
+    assert (ranked["rows"], ranked["responses"]) == (8, 32)
+    assert ranked["best_of_n_accuracy"]["value"] == 0.5 and ranked["best_of_n_accuracy"]["n"] == 8
+    assert calls == [32], "each response is scored once, for the pairs and best-of-n alike"
+    groups = report["subsets"]["groups"]
+    assert groups["long"]["best_of_n_accuracy"]["value"] == 1.0
+    assert groups["short"]["best_of_n_accuracy"]["value"] == 0.0
+    assert groups["short"]["accuracy"]["value"] == pytest.approx(1 / 3)
+    metrics = report["metrics"]
+    assert metrics["ranked/best_of_n_accuracy"] == 0.5 and metrics["ranked/best_of_n_accuracy/n"] == 8
+    assert metrics["subset/short/best_of_n_accuracy"] == 0.0
+    markdown = benchmark.to_markdown(report)
+    assert "| best of n | 95% interval |" in markdown and "| short | 12 |" in markdown
+    assert any("24 pairs from 8 ranked rows" in note for note in report["notes"])
+
+
+def test_best_of_n_counts_ties_and_nonfinite_rewards_as_wrong():
+    rows = [
+        {"prompt": "p", "responses": ["a", "b", "c"], "scores": [1.0, 0.0, 0.0]},
+        {"prompt": "q", "responses": ["a", "b", "c"], "scores": [1.0, 0.0, 0.0]},
+        {"prompt": "r", "responses": ["a", "b", "c"], "scores": [1.0, 1.0, 0.0]},
+    ]
+    rewards = {("p", "a"): 2.0, ("p", "b"): 2.0, ("p", "c"): 0.0}  # a tie with a worse answer
+    rewards |= {("q", "a"): 1.0, ("q", "b"): 0.5, ("q", "c"): float("nan")}  # max() skips a NaN after 0.5
+    rewards |= {("r", "a"): 0.0, ("r", "b"): 3.0, ("r", "c"): 1.0}  # either best one may win
+    score = benchmark.ScoreOnce(lambda ps, cs: [rewards[(p, c)] for p, c in zip(ps, cs, strict=True)])
+    assert benchmark.best_of_n(score, rows) == [0.0, 0.0, 1.0]
