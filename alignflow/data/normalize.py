@@ -258,6 +258,10 @@ def _side(row: dict[str, Any], field: str) -> list[Any]:
         return [value]
     if not isinstance(value, list) or not value:
         raise RowError(Reason.MISSING_FIELD, f"{field!r} holds no response", field)
+    for i, item in enumerate(value):  # named here, as the file has it, not as responses[k]
+        if not isinstance(item, str | list):
+            message = f"'{field}[{i}]' is {type(item).__name__}, expected text or messages"
+            raise RowError(Reason.NON_STRING_FIELD, message, field)
     return value
 
 

@@ -252,7 +252,7 @@ def test_benchmarks_that_rank_several_responses_per_prompt(reward_model_dir, tmp
     assert result.exit_code == 0, result.output
     assert report["rows"]["scored"] == 6 and report["pairs"] == 18
     assert (
-        report["rows"]["quarantined_rows"][0]["message"] == "'responses[2]' is int, expected text or messages"
+        report["rows"]["quarantined_rows"][0]["message"] == "'rejected[1]' is int, expected text or messages"
     )
     best = report["ranked"]["best_of_n_accuracy"]
     assert best["n"] == 6 and 0.0 <= best["low"] <= best["value"] <= best["high"] <= 1.0

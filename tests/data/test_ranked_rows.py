@@ -146,6 +146,12 @@ def test_responses_with_scores_or_ranks_beside_them():
             "expected a list",
         ),
         ({"prompt": "p", "chosen": [], "rejected": ["a"]}, "missing_field", "chosen", "holds no response"),
+        (
+            {"prompt": "p", "chosen": ["a"], "rejected": ["b", 7]},
+            "non_string_field",
+            "rejected",
+            "'rejected[1]' is int",
+        ),
         ({"chosen": ["a"], "rejected": ["b"]}, "missing_field", "prompt", "'prompt' is missing"),
         (
             {"prompt": "p", "responses": [{"answer": "a", "rank": 1}, {"answer": "b"}]},
@@ -170,7 +176,6 @@ def test_a_ranking_that_cannot_be_read_names_its_field(row, code, field, message
             r"responses\[2\]",
         ),
         ({"prompt": "p", "chosen": ["ok"], "rejected": ["  "]}, "empty_field", r"responses\[1\]"),
-        ({"prompt": "p", "chosen": ["ok"], "rejected": [7]}, "non_string_field", r"responses\[1\]"),
         ({"prompt": "p", "chosen": ["ok"], "rejected": ["x" * 1001]}, "too_long_chars", "1001 characters"),
         (
             {"prompt": "p", "chosen": ["same"], "rejected": ["same", "same"]},
