@@ -121,6 +121,13 @@ def check_text(text: str, field: str) -> None:
 def check_messages(messages: list, field: str) -> None:
     if not messages:
         raise RowError(Reason.BAD_CHAT, f"{field!r} is an empty message list", field)
+    if all(isinstance(m, str) or (isinstance(m, dict) and "role" not in m) for m in messages):
+        message = (
+            f"{field!r} is a list of {len(messages)} turns without roles, not {{role, content}} messages "
+            "(MT-bench/Arena-hard style: map one turn, e.g. data.column_mapping.turns.0=prompt, "
+            "or turns.0.content=prompt)"
+        )
+        raise RowError(Reason.BAD_CHAT, message, field)
     for turn, message in enumerate(messages):
         where = f"{field}[{turn}]"
         if not isinstance(message, dict) or "role" not in message or "content" not in message:

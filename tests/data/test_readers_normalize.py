@@ -353,3 +353,22 @@ def test_a_conversation_ending_with_the_assistant_is_a_prompt_up_to_the_last_use
     assert open_ended["prompt"] == messages[:2] and open_ended["metadata"] == {"topic": "math"}
     with pytest.raises(RowError, match="no turn before the assistant's"):
         normalize_row({"messages": messages[2:]})
+
+
+def test_mt_bench_and_arena_hard_turns_read_one_turn_through_a_dotted_mapping(tmp_path):
+    """MT-bench lists its user turns as texts, Arena-hard as role-less {content} records."""
+    mt_bench = tmp_path / "mt_bench.jsonl"
+    rows = [{"question_id": i, "turns": [f"Write a poem {i}.", "Now shorten it."]} for i in range(3)]
+    mt_bench.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    whole = validate_paths(mt_bench, DataConfig(column_mapping={"turns": "prompt"}, max_bad_fraction=1.0))
+    assert whole.report["counts_by_reason"] == {"bad_chat_structure": 3}
+    assert "turns.0=prompt" in whole.issues[0].message and "2 turns without roles" in whole.issues[0].message
+    first = validate_paths(mt_bench, DataConfig(column_mapping={"turns.0": "prompt"}))
+    assert [e.record["prompt"] for e in first.kept] == [f"Write a poem {i}." for i in range(3)]
+
+    arena = tmp_path / "arena_hard.jsonl"
+    arena.write_text(
+        json.dumps({"uid": "a1", "turns": [{"content": "Explain DNS."}]}) + "\n", encoding="utf-8"
+    )
+    read = validate_paths(arena, DataConfig(column_mapping={"turns.0.content": "prompt"}))
+    assert read.kept[0].record["prompt"] == "Explain DNS." and read.kept[0].record["kind"] == "prompt"
