@@ -130,7 +130,17 @@ def detect_kind(row: dict[str, Any]) -> str:
         return "scored" if "score" in row else "unpaired"
     if "prompt" in present or "messages" in present:
         return "prompt"
-    raise RowError(Reason.UNKNOWN_SHAPE, f"no known shape fits columns {sorted(row)}", None)
+    message = f"no known shape fits columns {sorted(row)}{_mapping_hint(row)}"
+    raise RowError(Reason.UNKNOWN_SHAPE, message, None)
+
+
+def _mapping_hint(row: dict[str, Any]) -> str:
+    """For columns named like the contract's but for case or spaces ('Chosen', ' prompt'), the
+    mapping that reads them; names are not guessed silently, so the user says it once."""
+    named = {c: c.strip().lower() for c in row if isinstance(c, str)}
+    renames = sorted((c, name) for c, name in named.items() if c != name and name in _RESERVED)
+    hints = [f"data.column_mapping.{c}={name}" for c, name in renames]
+    return f" (map them: {', '.join(hints)})" if hints else ""
 
 
 def normalize_row(

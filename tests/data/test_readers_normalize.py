@@ -372,3 +372,35 @@ def test_mt_bench_and_arena_hard_turns_read_one_turn_through_a_dotted_mapping(tm
     )
     read = validate_paths(arena, DataConfig(column_mapping={"turns.0.content": "prompt"}))
     assert read.kept[0].record["prompt"] == "Explain DNS." and read.kept[0].record["kind"] == "prompt"
+
+
+def test_columns_named_but_for_case_get_the_mapping_that_reads_them(tmp_path):
+    path = tmp_path / "capitalised.jsonl"
+    row = {"Prompt": "Name a colour.", "Chosen ": "Blue.", "Rejected": "No.", "Source": "web"}
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    unread = validate_paths(path, DataConfig())
+    message = unread.issues[0].message
+    assert unread.issues[0].code == "unknown_shape" and not unread.kept
+    hints = message.split("(map them: ")[1].rstrip(")").split(", ")
+    assert hints == [
+        "data.column_mapping.Chosen =chosen",
+        "data.column_mapping.Prompt=prompt",
+        "data.column_mapping.Rejected=rejected",
+        "data.column_mapping.Source=source",
+    ]
+    mapping = dict(h.removeprefix("data.column_mapping.").split("=") for h in hints)
+    read = validate_paths(path, DataConfig(column_mapping=mapping))
+    record = read.kept[0].record
+    assert (record["kind"], record["prompt"], record["chosen"], record["rejected"], record["source"]) == (
+        "pair",
+        "Name a colour.",
+        "Blue.",
+        "No.",
+        "web",
+    )
+
+
+def test_columns_of_no_known_name_get_no_mapping_hint():
+    with pytest.raises(RowError) as error:
+        normalize_row({"title": "q", "body": "a"})
+    assert "map them" not in str(error.value)
