@@ -110,24 +110,18 @@ def accuracy_and_gap(margin: np.ndarray, length_diff: np.ndarray) -> tuple[float
     return float(right.mean()), float(right[longer].mean() - right[shorter].mean())
 
 
-def _log_length_diff(pairs) -> np.ndarray:
-    from alignflow.training.reward import response_log_length
-
-    return np.array([response_log_length(p["chosen"]) - response_log_length(p["rejected"]) for p in pairs])
-
-
 def run() -> dict[str, Any]:
     from alignflow.data.pairing import load_optional_pairs, load_pairs
     from alignflow.evaluation.intervals import wilson
     from alignflow.training.noisy_pairs import fit_bradley_terry_probe
-    from alignflow.training.reward import fit_length_prior
+    from alignflow.training.reward import fit_length_prior, log_length_differences
     from bench.reward_quality_bench import prepare_snapshot
 
     with tempfile.TemporaryDirectory(prefix="alignflow-reward-probe-") as tmp:
         data_dir = prepare_snapshot(Path(tmp))
         train, held_out = load_pairs(data_dir, "train"), load_optional_pairs(data_dir, "eval", None)
     views = features(train, held_out)
-    d_train, d_held = _log_length_diff(train), _log_length_diff(held_out)
+    d_train, d_held = log_length_differences(train), log_length_differences(held_out)
     prior = fit_length_prior(train)
     folds = np.random.default_rng(0).permutation(np.arange(len(train)) % FOLDS)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from alignflow.training.reward import log_length_differences
 from bench.reward_probe_bench import CURVE_FRACTIONS, learning_curve
 
 SETTINGS = {"view": {"l2": 0.01, "debias": 0.0}}
@@ -29,7 +30,7 @@ def _views(signal: float, n_train: int = 160, n_held: int = 2000, dims: int = 20
 
 def _curve(signal: float) -> dict:
     train = _pairs(160)
-    lengths = np.log1p([len(p["chosen"]) for p in train]) - np.log1p([len(p["rejected"]) for p in train])
+    lengths = log_length_differences(train)
     held_lengths = np.resize(lengths, 2000)
     return learning_curve(_views(signal), SETTINGS, train, lengths, held_lengths)
 
