@@ -27,16 +27,9 @@ def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
     """The configured input, or the built-in demo data (written deterministically) when none is."""
     if config.data.source:
         return config.data.source
-    from alignflow.data.demo import write_demo_dataset
+    from alignflow.data.demo import write_demo_source
 
-    paths = write_demo_dataset(
-        Path(repo_dir) / ".alignflow" / "demo-input",
-        n_pairs=config.data.demo_rows,
-        n_scored=config.data.demo_scored_rows,
-        eval_fraction=config.data.eval_fraction,
-        phrasings=config.data.demo_phrasings,
-    )
-    return str(paths["demo"])
+    return str(write_demo_source(config.data, repo_dir))
 
 
 def current_champion(config: PipelineConfig) -> ModelVersion | None:

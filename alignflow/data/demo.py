@@ -27,6 +27,7 @@ import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ANSWER_TEMPLATE = "The answer is {answer}."
 _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
@@ -213,3 +214,19 @@ def write_demo_dataset(
         "prompts": _write_jsonl(out / "prompts.jsonl", iter(prompts)),
         "eval": _write_jsonl(out / "eval.jsonl", iter(held_out)),
     }
+
+
+def write_demo_source(config: Any, repo_dir: str | Path) -> Path:
+    """The demo input a data config asks for, written where every run of a repo finds it.
+
+    The path is relative to the repo (``.alignflow/demo-input``), and the manifest stores it
+    that way, so the snapshot's bytes and its DVC md5 are the same in every clone.
+    """
+    paths = write_demo_dataset(
+        Path(repo_dir) / ".alignflow" / "demo-input",
+        n_pairs=config.demo_rows,
+        n_scored=config.demo_scored_rows,
+        eval_fraction=config.eval_fraction,
+        phrasings=config.demo_phrasings,
+    )
+    return paths["demo"]
