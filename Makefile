@@ -7,13 +7,22 @@ export DO_NOT_TRACK := 1
 # every package at the version the suite last passed with (`make lock` refreshes it)
 LOCK := requirements/lock.txt
 
-.PHONY: install demo test bench lint format lock lock-check
+.PHONY: install reinstall demo test bench lint format lock lock-check pins pins-check
 
 install:
-	# torch first, at the locked version: the CPU wheel; a bare requirement would pull a multi-GB CUDA build
+	@# skipped while the interpreter, lock, pyproject.toml and package sources are those of the last install
+	@if $(PYTHON) -m tools.install_stamp check 2>/dev/null; then \
+		echo "install: nothing to do (environment matches the lock and the sources)"; \
+	else \
+		$(MAKE) --no-print-directory reinstall; \
+	fi
+
+# torch first, at the locked version: the CPU wheel; a bare requirement would pull a multi-GB CUDA build
+reinstall:
 	$(PIP) install --quiet -c $(LOCK) torch
 	$(PIP) install --quiet -c $(LOCK) -e ".[dev]"
 	$(PYTHON) -m tools.lockfile verify-installed
+	$(PYTHON) -m tools.install_stamp write
 
 # re-resolve every dependency (after editing pyproject.toml, or to take new releases); then
 # `make test` and commit pyproject.toml and the lock together
@@ -31,7 +40,7 @@ demo: install
 	$(PYTHON) -m alignflow.cli run --config configs/demo.yaml
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 bench: install
 	$(PYTHON) -m bench
@@ -44,3 +53,11 @@ lint:
 format:
 	$(PYTHON) -m ruff check --fix .
 	$(PYTHON) -m ruff format .
+
+# the demo's committed DVC pointers (data.dvc, golden.dvc) must be what its data stage writes:
+# after changing the demo data, validation, the split or the snapshot format, refresh and commit them
+pins:
+	$(PYTHON) -m tools.demo_pins refresh
+
+pins-check:
+	$(PYTHON) -m tools.demo_pins check
