@@ -192,6 +192,16 @@ def check_dvc(remote: str | None) -> Check:
     return Check("DVC", ok, f"remote {remote}", f"pip install 'dvc[{scheme}]' for this remote")
 
 
+def check_pins(config: Any, repo_dir: str | Path = ".") -> list[Check]:
+    """Each committed DVC pointer (data snapshot, pinned set) can be restored: else the first run stops."""
+    from alignflow.evaluation.pins import pin_status
+
+    return [
+        Check(f"Pin {status.file}", status.ok, status.detail, status.fix)
+        for status in pin_status(repo_dir, config.data, config.evaluation)
+    ]
+
+
 # ---------------------------------------------------------------- compute
 
 
@@ -306,6 +316,7 @@ def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
         *check_prefect(config.orchestration),
         check_mlflow(config.tracking.resolved_uri()),
         check_dvc(config.data.remote),
+        *check_pins(config),
         check_gpus(gpus),
         *check_training(config, gpus),
         check_model(config.model.name),
