@@ -9,6 +9,7 @@ The lock's first line records a digest of the dependency declarations it was res
 a range edited without relocking is caught even when the old pin still satisfies the new range.
 
     python -m tools.lockfile refresh            # re-resolve (make lock)
+    python -m tools.lockfile refresh --keep-pins  # resolve only what is new; every pin stays
     python -m tools.lockfile check              # pyproject and lock agree (make lock-check)
     python -m tools.lockfile verify-installed   # this environment matches the lock
 """
@@ -154,11 +155,22 @@ def _torch_source() -> list[str]:
     return ["--index", TORCH_CPU_INDEX, "--index-strategy", "unsafe-best-match"]
 
 
-def refresh(lock_path: Path = LOCK) -> None:
-    """Resolve the whole environment afresh with uv and write the lock with its digest."""
+def kept_pins(lock_path: Path = LOCK) -> str:
+    """The current lock's pins as uv constraints (torch aside: its CPU build is pinned separately)."""
+    pins = read_lock(lock_path).pins
+    return "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()) if name != "torch")
+
+
+def refresh(lock_path: Path = LOCK, keep_pins: bool = False) -> None:
+    """Resolve the environment with uv and write the lock with its digest.
+
+    ``keep_pins`` holds every package already locked at its version, so adding a dependency
+    resolves only the new packages instead of moving the other pins to today's releases.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         constraint = Path(tmp) / "torch.txt"
-        constraint.write_text(f"torch=={TORCH_VERSION}+cpu\n", encoding="utf-8")
+        kept = kept_pins(lock_path) if keep_pins and lock_path.exists() else ""
+        constraint.write_text(f"torch=={TORCH_VERSION}+cpu\n" + kept, encoding="utf-8")
         resolved = Path(tmp) / "lock.txt"
         command = [
             sys.executable, "-m", "uv", "pip", "compile", str(PYPROJECT),
@@ -182,7 +194,7 @@ def refresh(lock_path: Path = LOCK) -> None:
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "check"
     if command == "refresh":
-        refresh()
+        refresh(keep_pins="--keep-pins" in argv[1:])
         print(f"wrote {LOCK.relative_to(ROOT)} ({len(read_lock().pins)} packages); now run `make test`")
         return 0
     if command == "check":
@@ -190,7 +202,8 @@ def main(argv: list[str]) -> int:
     elif command == "verify-installed":
         problems = installed_mismatches()
     else:
-        print(f"usage: python -m tools.lockfile [refresh|check|verify-installed], not {command!r}")
+        usage = "python -m tools.lockfile [refresh [--keep-pins]|check|verify-installed]"
+        print(f"usage: {usage}, not {command!r}")
         return 2
     for problem in problems:
         print(problem, file=sys.stderr)

