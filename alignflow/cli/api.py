@@ -7,6 +7,8 @@ import secrets
 
 import typer
 
+from alignflow.cli.shutdown import stopping_children
+
 
 def _load_launcher(spec: str, settings):
     """``module:attribute`` naming a launcher object or a factory taking the settings."""
@@ -81,8 +83,11 @@ def serve(
         from flows.environment import apply_defaults
 
         apply_defaults()
-    chosen = _load_launcher(launcher, settings) if launcher != "library" else None
-    uvicorn.run(create_app(settings, chosen), host=host, port=port, log_level=log_level)
+    # uvicorn re-raises SIGTERM after its graceful shutdown: without this its default action
+    # would end the process and leave the jobs' Prefect server running
+    with stopping_children():
+        chosen = _load_launcher(launcher, settings) if launcher != "library" else None
+        uvicorn.run(create_app(settings, chosen), host=host, port=port, log_level=log_level)
 
 
 def traffic(

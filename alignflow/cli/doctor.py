@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,17 +177,20 @@ def _check_database_store(uri: str) -> Check:
 
 
 def check_dvc(remote: str | None) -> Check:
-    if shutil.which("dvc") is None:
-        return Check("DVC", False, "the dvc command is not on PATH", "pip install dvc (make install does it)")
+    # runs use DVC as a library (alignflow.data.versioning): check that, not a `dvc` command on
+    # PATH, which a virtual environment used without activating it does not put there
+    if importlib.util.find_spec("dvc") is None:
+        return Check("DVC", False, "the dvc package is not installed", "pip install dvc (make install does)")
     if remote is None:
         return Check("DVC", True, "local remote under .alignflow/dvc-remote (created on first `data add`)")
     if "://" not in remote:
         folder = Path(remote)
         ok = folder.exists() or os.access(folder.parent, os.W_OK)
         return Check("DVC", ok, f"local remote {folder}", f"create {folder} or make its parent writable")
-    result = subprocess.run(["dvc", "version"], capture_output=True, text=True, check=False)
+    from dvc.info import get_dvc_info  # what `dvc version` prints, remote schemes supported included
+
     scheme = remote.split("://", 1)[0]
-    ok = scheme in result.stdout or scheme in {"ssh", "http", "https"}
+    ok = scheme in get_dvc_info() or scheme in {"ssh", "http", "https"}
     return Check("DVC", ok, f"remote {remote}", f"pip install 'dvc[{scheme}]' for this remote")
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from alignflow import progress
 from alignflow.cli.progress_view import watched
+from alignflow.cli.shutdown import stop_descendants, stopping_children
 from alignflow.errors import InputError
 
 console = Console()
@@ -46,6 +47,8 @@ def render_summary(summary: dict[str, Any]) -> None:
         console.print(f"[bold red]Stopped before training:[/] {summary['stopped']['message']}")
     for decision in summary.get("promotions", {}).values():
         verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
+        if decision.get("reused"):  # a cache hit: its version was decided on by the run that made it
+            verdict = escape(decision["reason"])
         console.print(f"{decision['name']} v{decision['version']}: {verdict}")
         if decision.get("judges"):
             console.print(f"  judges that counted: {', '.join(decision['judges'])}")
@@ -139,7 +142,10 @@ def register(app: typer.Typer) -> None:
         title = f"alignflow run — {pipeline_config.project}"
         log_file = None
         try:
-            with watched(title, planned_stages(pipeline_config), quiet, "run", console) as log_file:
+            with (
+                stopping_children(),
+                watched(title, planned_stages(pipeline_config), quiet, "run", console) as log_file,
+            ):
                 summary = None if force else _unchanged_run(pipeline_config)
                 if summary is None:
                     summary = _run_flow(config, list(overrides), force)
@@ -165,12 +171,12 @@ def register(app: typer.Typer) -> None:
         db_url: str | None = typer.Option(None, "--db-url", help="the feedback service's database"),
     ) -> None:
         """Serve the retraining schedule (and A/B checks) from this process (Ctrl-C to stop)."""
-        from prefect import serve as serve_deployments
-
         from flows.environment import apply_defaults
 
-        apply_defaults()
+        apply_defaults()  # before Prefect is imported: it reads its settings then
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
+        from prefect import serve as serve_deployments
+
         from flows.retrain import retrain
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
@@ -191,4 +197,6 @@ def register(app: typer.Typer) -> None:
                     "config_path": str(config),
                 }
                 deployments.append(ab_check.to_deployment(name=agent, cron=ab_cron, parameters=parameters))
-        serve_deployments(*deployments)
+        with stopping_children():
+            serve_deployments(*deployments)
+            stop_descendants()  # it returns only when stopped: Ctrl-C is caught inside, flow runs may live on

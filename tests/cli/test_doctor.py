@@ -1,9 +1,18 @@
+import importlib.util
+import os
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from alignflow.cli import app
-from alignflow.cli.doctor import check_accelerate, check_mlflow, check_model, check_prefect, check_training
+from alignflow.cli.doctor import (
+    check_accelerate,
+    check_dvc,
+    check_mlflow,
+    check_model,
+    check_prefect,
+    check_training,
+)
 from alignflow.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +33,17 @@ def test_doctor_exits_nonzero_when_a_service_is_missing(monkeypatch):
     assert "MLflow" in result.output and "missing" in result.output
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
+
+
+def test_doctor_needs_no_activated_environment(monkeypatch):
+    """A virtual environment's python run without activating it: no `dvc` command on PATH."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    kept = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "dvc").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(kept))
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.output
+    # a remote's scheme is looked up in the library too: supported exactly when its plugin is there
+    assert check_dvc("s3://bucket/data").ok == (importlib.util.find_spec("dvc_s3") is not None)
 
 
 def test_work_pools_without_a_prefect_server_are_reported(monkeypatch):

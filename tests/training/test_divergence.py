@@ -12,23 +12,50 @@ import math
 import pytest
 
 from alignflow.training.checkpoints import TrainingDiverged
-from alignflow.training.reward import run_reward
+from alignflow.training.reward import AlignflowRewardTrainer, run_reward
 
-# no gradient clipping and a learning rate of 1000: the tiny reward model's loss is NaN by step 3
-DIVERGING = ("reward.learning_rate=1000", "reward.extra_args.max_grad_norm=0", "reward.save_steps=1000")
+DIVERGES_AT = 3
 
 
-def test_a_nan_loss_stops_the_run_at_its_step_and_no_model_is_saved(demo_config, demo_snapshot, tmp_path):
-    config = demo_config(*DIVERGING, "reward.max_steps=20", "reward.logging_steps=1")
-    with pytest.raises(TrainingDiverged, match=r"training loss is nan at step \d+ .*lower the learning rate"):
+@pytest.fixture()
+def diverging(monkeypatch):
+    """The reward loss turns NaN at step ``DIVERGES_AT``, whatever the CPU's arithmetic.
+
+    A huge learning rate overflows on some machines and merely saturates the model on others
+    (a loss stuck at 0.6931, zero gradients). Here the real loss is multiplied by NaN, so its
+    gradients and, after the optimizer step, the weights are NaN too: the stage's own checks
+    are what must catch it.
+    """
+    real = AlignflowRewardTrainer.compute_loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = real(self, model, inputs, return_outputs, num_items_in_batch)
+        if self.state.global_step + 1 < DIVERGES_AT:  # the step being computed, counted from 1
+            return result
+        if return_outputs:
+            loss, outputs = result
+            return loss * math.nan, outputs
+        return result * math.nan
+
+    monkeypatch.setattr(AlignflowRewardTrainer, "compute_loss", compute_loss)
+
+
+def test_a_nan_loss_stops_the_run_at_its_step_and_no_model_is_saved(
+    diverging, demo_config, demo_snapshot, tmp_path
+):
+    config = demo_config("reward.max_steps=20", "reward.logging_steps=1", "reward.save_steps=1000")
+    with pytest.raises(
+        TrainingDiverged, match=rf"training loss is nan at step {DIVERGES_AT} .*lower the learning rate"
+    ):
         run_reward(config, demo_snapshot, tmp_path)
     assert not (tmp_path / "model").exists()
 
 
-def test_nan_weights_are_not_saved_when_no_loss_was_logged(demo_config, demo_snapshot, tmp_path):
+def test_nan_weights_are_not_saved_when_no_loss_was_logged(diverging, demo_config, demo_snapshot, tmp_path):
     # no logging step inside the run: the weights are the last check before the model is handed on
-    config = demo_config(*DIVERGING, "reward.max_steps=10", "reward.logging_steps=100")
-    with pytest.raises(TrainingDiverged, match=r"NaN or infinite weights in \d+ tensors .*not saved"):
+    config = demo_config("reward.max_steps=10", "reward.logging_steps=100", "reward.save_steps=1000")
+    weights = r"the model trained at step 10: NaN or infinite weights in \d+ tensors .*not saved"
+    with pytest.raises(TrainingDiverged, match=weights):
         run_reward(config, demo_snapshot, tmp_path)
     assert not (tmp_path / "model").exists()
 
