@@ -39,8 +39,11 @@ lock-check:
 demo: install
 	$(PYTHON) -m alignflow.cli run --config configs/demo.yaml
 
+# tests run in two worker processes, a test file per worker at a time (its module fixtures stay
+# together); PYTEST_WORKERS=0 runs them in this process
+PYTEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: install
 	$(PYTHON) -m bench

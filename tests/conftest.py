@@ -21,6 +21,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 # cached reference log-probs and the like stay out of the user's ~/.cache
 os.environ.setdefault("ALIGNFLOW_CACHE", tempfile.mkdtemp(prefix="alignflow-test-cache-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on two cores: one torch thread each, or their spinning
+    # thread pools fight over the cores (set before anything imports torch)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
