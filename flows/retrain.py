@@ -23,7 +23,7 @@ from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.evaluation.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
-from alignflow.registry.lineage import champion_copy, trained_on
+from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
@@ -183,7 +183,9 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
     )
     evaluation = stages.run("evaluate", eval_inputs)
 
-    model_dirs = {"reward": reward["model_dir"], "policy": policy["model_dir"]}
+    trained = {"reward": reward, "policy": policy}
+    model_dirs = {role: result["model_dir"] for role, result in trained.items()}
+    trained_by = {role: result.get("run_id") or "" for role, result in trained.items()}
     data_version = stages.data["version"]
     registered = stages.run(
         "register",
@@ -193,11 +195,14 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
             model_dirs=model_dirs,
             data_version=data_version,
             config_hash=cfg_hash,
-            upstream=upstream,
+            upstream=f"{upstream}|trained_by={json.dumps(trained_by, sort_keys=True)}",
             parent_run_id=stages.parent,
+            trained_by=trained_by,
+            cache_hits=sorted(role for role, result in trained.items() if result.get("cached")),
         ),
     )
     versions = registered["versions"]
+    link_reused_versions(uri, stages.parent, versions)
     promoted = stages.run(
         "promote",
         call=lambda: _task_with_cache_flag(
@@ -213,6 +218,14 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         ),
     )
     summary.promotions = promoted["decisions"]
+
+
+def link_reused_versions(uri: str, parent_run_id: str, versions: dict[str, dict[str, Any]]) -> None:
+    """Point this run at the run that produced each version it reused (set here, not in the
+    register task, so a cached register step still links the new run)."""
+    for role, info in versions.items():
+        if info.get("reused"):
+            link_reused_version(uri, parent_run_id, role, info["version"], info["produced_by_run"])
 
 
 def golden_tags(golden: dict[str, Any]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from alignflow.cli import app
+from alignflow.cli.pipeline import console, render_summary
 from alignflow.config import load_config
 from alignflow.data.versioning import current_version
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
@@ -125,7 +126,12 @@ def test_cli_run_shows_the_cache_hits_when_nothing_changed(first, server, worksp
     assert summary["nothing_to_do"] and all(stage["cached"] for stage in summary["stages"])
 
 
+def registered_versions(uri: str, name: str) -> set[str]:
+    return {str(v.version) for v in MlflowClient(uri).search_model_versions(f"name='{name}'")}
+
+
 def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, workspace):
+    reward_versions = registered_versions(server.url, "demo-reward")
     worse = run_flow(server, workspace, "dpo.learning_rate=0.5", "dpo.max_steps=20")
     by_name = {s["name"]: s for s in worse["stages"]}
     assert by_name["sft"]["cached"] and by_name["reward"]["cached"]
@@ -136,6 +142,22 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     rejected = MlflowClient(server.url).get_model_version("demo-policy", decision["version"])
     failed = json.loads(rejected.tags[FAILED_GATES_TAG])
     assert "task_accuracy_vs_champion" in failed, failed
+    assert "reward" in decision["judges"], "the reused champion reward model still judges"
+
+    # the cache-hit reward model is not registered again: same versions, champion unmoved
+    assert registered_versions(server.url, "demo-reward") == reward_versions
+    assert alias_version(server.url, "demo-reward", CHAMPION) == "1"
+    reused = worse["promotions"]["reward"]
+    assert reused["reused"] and str(reused["version"]) == "1", reused
+    assert reused["produced_by_run"] == first["parent_run_id"]
+    tags = MlflowClient(server.url).get_run(worse["parent_run_id"]).data.tags
+    assert tags["reward.reused_from_run"] == first["parent_run_id"]
+    assert tags["reward.reused_version"] == "1"
+    assert "policy.reused_from_run" not in tags
+    with console.capture() as shown:
+        render_summary(worse)
+    text = " ".join(shown.get().split())  # the console wraps at its width
+    assert f"demo-reward v1: unchanged (reused, produced by run {first['parent_run_id']}" in text
 
 
 def test_a_poisoned_data_version_stops_before_training_and_the_champion_stays(first, server, workspace):
