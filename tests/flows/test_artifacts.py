@@ -218,7 +218,9 @@ def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped,
     )
     verdicts = completions["champion_reward: policy vs champion"]
     assert set(verdicts) <= {"policy", "champion", "tie", ""} and len(completions) > 0
-    assert set(gates["model"]) == {"watch-demo-reward", "watch-demo-policy"}
+    # only the policy changed: the reward model is the cache hit of the first run, reused, not judged again
+    assert set(gates["model"]) == {"watch-demo-policy"}
+    assert summary["promotions"]["reward"]["reused"], summary["promotions"]
     assert {"value", "low", "high", "n", "needs", "outcome"} <= set(gates.columns)
     parent = client.get_run(summary["parent_run_id"])
     assert any(k.startswith("system/") for k in parent.data.metrics), "system metrics are on"
