@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ROLE_HELP = "which registered model: policy or reward"
@@ -27,6 +28,17 @@ def _settings(config: Path | None, overrides: list[str], tracking_uri: str | Non
     except (ConfigError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     return cfg, tracking_uri or cfg.tracking.resolved_uri(), name
+
+
+def _require_model(uri: str, name: str) -> None:
+    """Exit 2 naming the registered models when ``name`` is none of them (a typo, another project)."""
+    from alignflow.registry.names import UnknownModelError, require_registered
+
+    try:
+        require_registered(uri, name)
+    except UnknownModelError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
@@ -103,6 +115,7 @@ def promote(
     if agent:
         overrides = [*overrides, f"project={agent}"]
     cfg, uri, name = _settings(config, overrides, tracking_uri, role)
+    _require_model(uri, name)
     console = Console()
     version = version or models.alias_version(uri, name, models.CHALLENGER)
     if version is None:
@@ -145,6 +158,7 @@ def rollback(
     from alignflow.registry import promotion
 
     _, uri, name = _settings(config, overrides, tracking_uri, role)
+    _require_model(uri, name)
     try:
         old, new = promotion.rollback(uri, name)
     except LookupError as exc:

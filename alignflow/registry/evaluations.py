@@ -16,6 +16,7 @@ import numpy as np
 
 from alignflow.evaluation.benchmark import Benchmark, benchmark_info
 from alignflow.registry.models import download_model_dir
+from alignflow.registry.names import UnknownModelError, require_registered
 from alignflow.registry.runs import ensure_experiment
 from alignflow.registry.tracking import sanitize_name
 
@@ -62,6 +63,32 @@ def _why_not_a_folder(path: Path) -> str:
     return "no such folder"
 
 
+def _missing_version(client: Any, name: str, which: str, tracking_uri: str) -> str:
+    """The model exists but not that version or alias: say which ones it has."""
+    aliases = client.get_registered_model(name).aliases or {}
+    held = ", ".join(f"@{alias} (version {v})" for alias, v in sorted(aliases.items())) or "none"
+    what = f"version {which}" if which.isdigit() else f"alias @{which}"
+    return f"{name} has no {what} in {tracking_uri}; its aliases: {held}"
+
+
+def _registered_version(tracking_uri: str, ref: str, name: str, which: str) -> Any:
+    """The version ``ref`` names; FileNotFoundError saying which names, or aliases, do exist."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        require_registered(tracking_uri, name)
+    except UnknownModelError as exc:
+        raise FileNotFoundError(f"{ref}: {exc}") from None
+    client = MlflowClient(tracking_uri)
+    try:
+        if which.isdigit():
+            return client.get_model_version(name, which)
+        return client.get_model_version_by_alias(name, which)
+    except MlflowException as exc:
+        raise FileNotFoundError(f"{ref}: {_missing_version(client, name, which, tracking_uri)}") from exc
+
+
 def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> ModelRef:
     """A local folder as it is; a registered version downloaded under ``work_dir``.
 
@@ -73,23 +100,12 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"{ref}: {_why_not_a_folder(path)}")
         return ModelRef(ref, str(path))
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     if tracking_uri is None:
         raise ValueError(
             f"{ref}: a registered model needs a tracking URI (--tracking-uri or MLFLOW_TRACKING_URI)"
         )
     name, which = registered
-    client = MlflowClient(tracking_uri)
-    try:
-        version = (
-            client.get_model_version(name, which)
-            if which.isdigit()
-            else client.get_model_version_by_alias(name, which)
-        )
-    except MlflowException as exc:
-        raise FileNotFoundError(f"{ref}: no such registered model version in {tracking_uri}") from exc
+    version = _registered_version(tracking_uri, ref, name, which)
     target = Path(work_dir) / f"{name}-v{version.version}"
     path = download_model_dir(tracking_uri, name, str(version.version), target)
     if path is None:

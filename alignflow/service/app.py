@@ -76,6 +76,7 @@ ERRORS = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)
 }  # 400: a body that is not JSON; 404: a path no route matches (e.g. a newline in an id)
 _UNION_TAGS = {"scored", "pairwise"}
+JSON_CONTENT_TYPE = "Content-Type: application/json"
 
 
 def principal(
@@ -109,11 +110,25 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts)
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [
-        {"field": _field_name(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))}
-        for e in exc.errors()
-    ]
+def _unparsed_body(errors: list[dict]) -> bool:
+    """FastAPI parses a body as JSON only under a JSON content type; otherwise the model gets
+    the raw bytes (``curl -d`` sends form-encoded), and pydantic's message does not say why."""
+    return any(
+        _field_name(tuple(e.get("loc", ()))) == "body" and isinstance(e.get("input"), bytes) for e in errors
+    )
+
+
+def _content_type_hint(request: Request) -> str:
+    sent = request.headers.get("content-type") or "none"
+    return f"the body was not read as JSON (Content-Type: {sent}); send the header {JSON_CONTENT_TYPE}"
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    raw = exc.errors()
+    errors = [{"field": _field_name(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in raw]
+    if _unparsed_body(raw):
+        hint = _content_type_hint(request)
+        errors = [{**e, "message": f"{e['message']}: {hint}"} if e["field"] == "body" else e for e in errors]
     summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
     return JSONResponse(status_code=422, content={"detail": f"invalid request: {summary}", "errors": errors})
 

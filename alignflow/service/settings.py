@@ -11,12 +11,13 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 """Agent ids end up in file paths and MLflow model names: no dots, slashes or spaces."""
 
 ENV_PREFIX = "ALIGNFLOW_API_"
+MIN_TOKEN_CHARS = 16
 
 
 class TokenSpec(BaseModel):
@@ -30,17 +31,40 @@ class TokenSpec(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> TokenSpec:
-        """``TOKEN`` or ``TOKEN:agent_a,agent_b`` (the CLI's and the environment's spelling)."""
+        """``TOKEN`` or ``TOKEN:agent_a,agent_b`` (the CLI's and the environment's spelling).
+
+        Raises a one-line ValueError (a CLI user sees it as is, not pydantic's error report).
+        """
         token, _, scope = text.partition(":")
+        if problem := token_problem(token):
+            raise ValueError(problem)
         agents = [a.strip() for a in scope.split(",") if a.strip()] or None
-        return cls(token=token, name=f"token-{len(token)}", agents=agents)
+        try:
+            return cls(token=token, name=f"token-{len(token)}", agents=agents)
+        except ValidationError as exc:
+            raise ValueError("token: " + "; ".join(_message(e) for e in exc.errors())) from None
 
     @field_validator("token")
     @classmethod
     def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("a bearer token needs at least 16 characters")
+        if problem := token_problem(value.get_secret_value()):
+            raise ValueError(problem)
         return value
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be a bearer token, or None; the token itself is never echoed."""
+    if len(token) >= MIN_TOKEN_CHARS:
+        return None
+    return (
+        f"a bearer token needs at least {MIN_TOKEN_CHARS} characters, this one has {len(token)}; "
+        f'make one with: python -c "import secrets; print(secrets.token_urlsafe(24))"'
+    )
+
+
+def _message(error: dict) -> str:
+    """pydantic's message without its 'Value error, ' prefix."""
+    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 class TrainingSettings(BaseModel):
