@@ -58,7 +58,7 @@ def token_problem(token: str) -> str | None:
         return None
     return (
         f"a bearer token needs at least {MIN_TOKEN_CHARS} characters, this one has {len(token)}; "
-        f'make one with: python -c "import secrets; print(secrets.token_urlsafe(24))"'
+        'make one with: python -c "import secrets; print(secrets.token_urlsafe(24))"'
     )
 
 
