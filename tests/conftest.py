@@ -132,13 +132,3 @@ def reward_model_dir(tiny_model_dir, tmp_path_factory):
     model.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
     return out
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files that train or start servers first, the quick ones after.
-
-    With two workers taking a file at a time, a long file picked up last keeps one worker
-    busy while the other idles; started first, the short files fill in around it.
-    """
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
