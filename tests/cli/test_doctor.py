@@ -28,6 +28,7 @@ def test_unreachable_services_are_reported_with_a_fix(monkeypatch):
 
 def test_doctor_exits_nonzero_when_a_service_is_missing(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # another test in this worker may have set it
     result = CliRunner().invoke(app, ["doctor", "--set", "tracking.uri=http://127.0.0.1:9"])
     assert result.exit_code == 1
     assert "MLflow" in result.output and "missing" in result.output
@@ -38,6 +39,7 @@ def test_doctor_exits_nonzero_when_a_service_is_missing(monkeypatch):
 def test_doctor_needs_no_activated_environment(monkeypatch):
     """A virtual environment's python run without activating it: no `dvc` command on PATH."""
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # another test in this worker may have set it
     kept = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "dvc").exists()]
     monkeypatch.setenv("PATH", os.pathsep.join(kept))
     result = CliRunner().invoke(app, ["doctor"])
@@ -48,6 +50,7 @@ def test_doctor_needs_no_activated_environment(monkeypatch):
 
 def test_work_pools_without_a_prefect_server_are_reported(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # another test in this worker may have set it
     config = load_config(None, ["orchestration.work_pools.sft=gpu", "orchestration.work_pools.reward=gpu"])
     [prefect] = check_prefect(config.orchestration)
     assert not prefect.ok

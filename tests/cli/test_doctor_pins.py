@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_doctor_fails_on_a_pin_nothing_can_restore_and_says_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # another test in this worker may have set it
     for name in ("data.dvc", "golden.dvc"):
         shutil.copyfile(REPO / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
