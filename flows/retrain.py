@@ -86,6 +86,14 @@ def start_model(stage_result: dict[str, Any], config: PipelineConfig) -> str:
     return str(built) if (built / "config.json").exists() else resolve_model_source(config.model.name)
 
 
+def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
+    """What the policy is judged against: its SFT model, or (``evaluation.reference: base``, or
+    no SFT) the model the chain started from."""
+    if sft is not None and config.evaluation.reference == "sft":
+        return sft["model_dir"]
+    return start_model(sft or policy, config)
+
+
 class Stages:
     """Runs stages in order, timing each and recording it in the summary."""
 
@@ -142,7 +150,7 @@ class Stages:
 
 def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
     uri = config.tracking.resolved_uri()
-    sft_dir = None
+    sft = sft_dir = None
     if config.policy.run_sft:
         sft = stages.run("sft", stages.inputs("sft", ""))
         sft_dir = sft["model_dir"]
@@ -162,7 +170,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         ),
     )
 
-    reference = sft_dir or start_model(policy, config)
+    reference = evaluation_reference(config, sft, policy)
     champ_dir, champ_version = champion_copy(uri, config.project, stages.out_root)
     judge_dir, judge_version = champion_copy(uri, config.project, stages.out_root, "reward")
     golden = summary.golden or {}

@@ -66,6 +66,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
 
         from alignflow.evaluation.evaluate import evaluate_paths
         from alignflow.evaluation.plots import report_plots
+        from alignflow.models.factory import inference_dtype
         from alignflow.registry.tracking import log_report
 
         progress.note("generating and judging completions: policy, reference, champion")
@@ -78,6 +79,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
             config.evaluation,
             golden_path=inputs.golden_path,
             champion_reward_dir=inputs.champion_reward_dir,
+            dtype=inference_dtype(config.model),
         )
         compared = inputs.champion_dir is not None
         report.info.update({"data_version": inputs.data_version, "champion_compared": compared})

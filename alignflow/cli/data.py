@@ -97,6 +97,7 @@ def demo(
         seed=seed,
         eval_fraction=config.eval_fraction,
         phrasings=config.demo_phrasings,
+        task=config.demo_task,
     )
     for name, path in paths.items():
         console.print(f"{name:>8}: {path}")

@@ -238,9 +238,31 @@ def check_training(config: Any, gpu_count: int) -> list[Check]:
                 "run on a CUDA GPU with `pip install bitsandbytes`, or set model.lora.quantization=null",
             )
         )
+    if config.model.dtype == "bfloat16" and gpu_count == 0:
+        checks.append(check_cpu_bf16())
     if config.orchestration.num_processes > 1:
         checks.append(check_accelerate(config.orchestration, gpu_count))
     return checks
+
+
+def check_cpu_bf16() -> Check:
+    """bf16 weights on a CPU: fast with bf16 matrix units (AMX, AVX512-BF16), emulated and slow
+    without them, though still correct."""
+    import torch
+
+    units = [
+        name
+        for name, probe in (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported"))
+        if getattr(torch.cpu, probe, lambda: False)()
+    ]
+    return Check(
+        "bf16 on CPU",
+        bool(units),
+        f"model.dtype bfloat16: {' and '.join(units)} on this CPU"
+        if units
+        else "model.dtype bfloat16, but this CPU has no bf16 matrix units (AMX, AVX512-BF16): emulated, slow",
+        "set model.dtype=float32 on this machine (same results, more memory)",
+    )
 
 
 def check_accelerate(orchestration: Any, gpu_count: int) -> Check:
@@ -281,11 +303,14 @@ def check_accelerate(orchestration: Any, gpu_count: int) -> Check:
 def check_model(name: str) -> Check:
     """A hub model must be reachable, or already in the cache when the hub is switched off."""
     from alignflow.models.model_config import MINILM, PRESETS, TINY
+    from alignflow.models.real_models import REAL_MODELS, is_gguf_file
 
     if name in {TINY, MINILM}:
         return Check("Model", True, f"{name!r} needs no download")
+    if name in REAL_MODELS:
+        return check_real_model(name)
     if Path(name).expanduser().exists():
-        return Check("Model", True, f"local folder {name}")
+        return Check("Model", True, f"local {'GGUF file' if is_gguf_file(name) else 'folder'} {name}")
     repo = PRESETS.get(name, name)
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in {"1", "true", "yes"}:
         return Check("Model", True, f"{repo} from the Hugging Face hub (downloaded on first use)")
@@ -297,6 +322,29 @@ def check_model(name: str) -> Check:
         cached,
         f"{repo}: HF_HUB_OFFLINE is set and it is {'in' if cached else 'not in'} the local cache",
         f"download it once with `hf download {repo}` (or unset HF_HUB_OFFLINE)",
+    )
+
+
+def check_real_model(name: str) -> Check:
+    """A real model from a PyPI package: converted in the cache, or its file here to convert
+    offline; otherwise the command that brings it."""
+    from alignflow.models.real_models import (
+        is_converted,
+        pull_command,
+        real_model_dir,
+        real_model_unavailable,
+    )
+
+    folder = real_model_dir(name)
+    if is_converted(folder):
+        return Check("Model", True, f"{name}: converted in {folder}")
+    if real_model_unavailable(name) is None:
+        return Check("Model", True, f"{name}: its GGUF file is here; converted on first use (about a minute)")
+    return Check(
+        "Model",
+        False,
+        f"{name}: not on this machine yet (no converted folder, no GGUF file)",
+        f"bring it once with `{pull_command(name)}` (from PyPI, ~100 MB; offline afterwards)",
     )
 
 

@@ -57,6 +57,11 @@ class DataConfig(BaseModel):
     demo_phrasings: int = Field(
         1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
     )
+    demo_task: Literal["addition", "word_problems"] = Field(
+        "addition",
+        description="the built-in task: single-digit 'addition' (sized for the tiny model) or two-digit "
+        "'word_problems' in English that state their answer format (for real pretrained models)",
+    )
 
     @field_validator("column_mapping", mode="before")
     @classmethod

@@ -183,6 +183,7 @@ def write_demo_dataset(
     seed: int = 0,
     eval_fraction: float = 0.1,
     phrasings: int = 1,
+    task: str = "addition",
 ) -> dict[str, Path]:
     """Write the demo data set: deterministic, built in, no downloads.
 
@@ -195,17 +196,19 @@ def write_demo_dataset(
     from alignflow.data.split import assign_split
 
     out = Path(out_dir)
-    pairs = _unique(
-        iter_demo_pairs(n_pairs * 20, seed=seed, phrasings=phrasings),
-        n_pairs,
-        ("prompt", "chosen", "rejected"),
-    )
-    scored = _unique(
-        iter_demo_scored(n_scored * 20, seed=seed + 1, phrasings=phrasings),
-        n_scored,
-        ("prompt", "response", "score"),
-    )
-    prompts = list(iter_all_prompts(phrasings=phrasings))
+    if task == "word_problems":  # the task for real pretrained models (data/word_problems.py)
+        from alignflow.data import word_problems
+
+        problems = word_problems.all_problems(seed=seed)
+        pair_rows = word_problems.iter_pairs(problems, n_pairs * 20, seed=seed)
+        scored_rows = word_problems.iter_scored(problems, n_scored * 20, seed=seed + 1)
+        prompts = list(word_problems.iter_prompts(problems))
+    else:
+        pair_rows = iter_demo_pairs(n_pairs * 20, seed=seed, phrasings=phrasings)
+        scored_rows = iter_demo_scored(n_scored * 20, seed=seed + 1, phrasings=phrasings)
+        prompts = list(iter_all_prompts(phrasings=phrasings))
+    pairs = _unique(pair_rows, n_pairs, ("prompt", "chosen", "rejected"))
+    scored = _unique(scored_rows, n_scored, ("prompt", "response", "score"))
     held_out = [p for p in prompts if assign_split(p["prompt"], eval_fraction, seed) == "eval"]
     return {
         "demo": _write_jsonl(out / "demo.jsonl", iter([*pairs, *scored, *prompts])),
@@ -228,5 +231,6 @@ def write_demo_source(config: Any, repo_dir: str | Path) -> Path:
         n_scored=config.demo_scored_rows,
         eval_fraction=config.eval_fraction,
         phrasings=config.demo_phrasings,
+        task=config.demo_task,
     )
     return paths["demo"]

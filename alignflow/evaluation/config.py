@@ -30,6 +30,11 @@ class EvaluationConfig(BaseModel):
     do_sample: bool = Field(False, description="greedy by default: comparisons are then reproducible")
     temperature: float = Field(1.0, gt=0.0)
     kl_samples: int = Field(64, ge=0, description="sampled completions for the KL estimate; 0 = skip KL")
+    reference: Literal["sft", "base"] = Field(
+        "sft",
+        description="what the policy is measured against (gain, win rate and KL vs reference): the SFT "
+        "model it started from, or the base model the chain began with (a pretrained model's own skill)",
+    )
     judges: list[Literal["reward", "answer"]] = Field(
         default_factory=lambda: ["reward", "answer"], description="judges run for win rates"
     )

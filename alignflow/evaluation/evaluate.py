@@ -322,9 +322,12 @@ def evaluate_paths(
     config: EvaluationConfig | None = None,
     golden_path: str | Path | None = None,
     champion_reward_dir: str | Path | None = None,
+    dtype: Any = None,
 ) -> EvalReport:
     """The pipeline's evaluation in one call: models by path; the snapshot's eval split and,
-    when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``)."""
+    when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``).
+    ``dtype`` loads every policy in it (the run's ``model.dtype``), so policy, reference and
+    champion generate alike; None keeps each model's saved dtype."""
     from alignflow.data.snapshot import load_split
     from alignflow.evaluation.golden import load_golden_records
     from alignflow.models import load_causal_lm
@@ -341,9 +344,9 @@ def evaluate_paths(
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
-        policy = load_causal_lm(policy_dir)
-        reference, _ = load_causal_lm(reference_dir)
-        champion = load_causal_lm(champion_dir) if champion_dir is not None else None
+        policy = load_causal_lm(policy_dir, dtype)
+        reference, _ = load_causal_lm(reference_dir, dtype)
+        champion = load_causal_lm(champion_dir, dtype) if champion_dir is not None else None
         report = report.merge(evaluate_policy(*policy, reference, records, scorer, champion, config))
     if golden_path is not None:
         golden_records = load_golden_records(golden_path)

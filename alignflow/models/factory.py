@@ -208,6 +208,12 @@ def select_dtype(spec: ModelSpec) -> torch.dtype:
     return torch.float32
 
 
+def inference_dtype(spec: ModelSpec) -> torch.dtype | None:
+    """The dtype a run's models generate in: the one ``model.dtype`` names (bf16 generates
+    several times faster on a CPU with bf16 matrix units), or None to keep a model's own."""
+    return None if spec.dtype == "auto" else getattr(torch, spec.dtype)
+
+
 def mixed_precision_flags(spec: ModelSpec) -> dict[str, bool]:
     """``bf16``/``fp16`` arguments for a trainer, matching :func:`select_dtype` on a GPU only."""
     dtype = select_dtype(spec)

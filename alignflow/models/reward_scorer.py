@@ -146,13 +146,22 @@ def combine_heads(logits: torch.Tensor, weights: Sequence[float]) -> torch.Tenso
 POOLINGS = ("model", "mean", "answer")
 
 
+def peft_trainable_copy(module: Any) -> Any:
+    """The copy PEFT trains of a module it was told to save (a LoRA reward model's head), else
+    the module itself. PEFT keeps the copies in a ``ModuleDict`` keyed by adapter name."""
+    copies = getattr(module, "modules_to_save", None)
+    if copies is not None and "default" in copies:
+        return copies["default"]
+    return module
+
+
 def classifier_parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
     """Body, linear head and head dropout of a ``*ForSequenceClassification`` model (PEFT-wrapped or not)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     body = getattr(inner, inner.base_model_prefix, None)
     head = getattr(inner, "classifier", None)
     head = getattr(inner, "score", None) if head is None else head
-    linear = getattr(head, "modules_to_save", {}).get("default", head)  # PEFT keeps a trainable copy
+    linear = peft_trainable_copy(head)
     if body is None or not isinstance(linear, torch.nn.Linear):
         raise ValueError(f"{type(inner).__name__}: mean pooling needs a model body and a linear head")
     return body, head, getattr(inner, "dropout", None)

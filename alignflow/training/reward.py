@@ -252,6 +252,18 @@ def resolve_backbone(
     return resolve_model_source(backbone)
 
 
+def backbone_spec(config: Any) -> Any:
+    """How the reward model's weights are loaded and trained: as the ``model`` section says when it
+    shares the policy's backbone; a backbone of its own (MiniLM, a path) is trained whole, in its
+    own dtype: the policy's LoRA and dtype were chosen for the policy's model."""
+    if config.reward.backbone == "policy":
+        return config.model
+    from alignflow.models.model_config import LoraSpec
+
+    own = {"name": config.reward.backbone, "dtype": "auto", "lora": LoraSpec()}
+    return config.model.model_copy(update=own)
+
+
 def _scored_rows(data_dir: str | Path, split: str, limit: int | None = None) -> list[dict[str, Any]]:
     try:
         rows = load_split(data_dir, split, kind="scored")
@@ -337,7 +349,8 @@ def run_reward(
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    init = model_init_kwargs(config.model)
+    spec = backbone_spec(config)
+    init = model_init_kwargs(spec)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names), **init)
     model.config.pad_token_id = tokenizer.pad_token_id
     require_length_fits(model, tokenizer, stage.max_length, "reward.max_length", f"backbone {path}")
@@ -345,9 +358,9 @@ def run_reward(
 
     train_pairs = load_pairs(data_dir, "train")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
-    base_args = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
-    callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": config.model.model_dump()})]
-    lora = peft_config(config.model, task_type="SEQ_CLS")
+    base_args = trainer_arguments(stage, output_dir, spec, seed, has_eval=False)
+    callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": spec.model_dump()})]
+    lora = peft_config(spec, task_type="SEQ_CLS")
     metrics: dict[str, float] = {}
     if stage.mode == "pairwise" and len(names) == 1:
         require_rows(train_pairs, data_dir, "train", "pair/scored/ranked")

@@ -94,3 +94,32 @@ def test_hub_models_must_be_cached_when_the_hub_is_off(monkeypatch, tmp_path):
     assert check_model("tiny").ok and check_model(str(tmp_path)).ok
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert check_model("alignflow-tests/never-downloaded").ok
+
+
+def test_a_real_model_is_ok_once_converted_and_otherwise_names_the_pull_command(monkeypatch, tmp_path):
+    from alignflow.models import real_models
+
+    monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(real_models, "installed_gguf", lambda model: None)
+    missing = check_model("smollm2-135m-instruct")
+    assert not missing.ok and "not on this machine" in missing.detail, missing
+    assert "alignflow model pull smollm2-135m-instruct" in missing.fix
+    folder = real_models.real_model_dir("smollm2-135m-instruct")
+    folder.mkdir(parents=True)
+    (folder / real_models.PROVENANCE_FILE).write_text("{}")
+    converted = check_model("smollm2-135m-instruct")
+    assert converted.ok and str(folder) in converted.detail
+
+
+def test_bf16_weights_on_a_cpu_without_bf16_units_are_flagged(monkeypatch):
+    import torch
+
+    config = load_config(None, ["model.dtype=bfloat16"])
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
+    (flagged,) = check_training(config, gpu_count=0)
+    assert not flagged.ok and "emulated" in flagged.detail and "model.dtype=float32" in flagged.fix
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    (fine,) = check_training(config, gpu_count=0)
+    assert fine.ok and "AVX512-BF16" in fine.detail
+    assert check_training(load_config(None, []), gpu_count=0) == [], "fp32 needs no check"

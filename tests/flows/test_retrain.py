@@ -209,3 +209,23 @@ def test_a_toy_algorithm_from_the_registry_alone_runs_as_the_policy(first, serve
     retuned = run_flow(server, workspace, "policy.algorithm=toy", "toy.max_steps=3")
     policy = {s["name"]: s for s in retuned["stages"]}["policy"]
     assert not policy["cached"] and policy["metrics"]["global_step"] == 3.0, "toy's section keys its cache"
+
+
+def test_the_policy_is_judged_against_its_sft_model_or_the_base_model_as_configured(tmp_path):
+    from flows.retrain import evaluation_reference
+
+    sft_out = tmp_path / "sft"
+    (sft_out / "base-model").mkdir(parents=True)
+    (sft_out / "base-model" / "config.json").write_text("{}")
+    sft = {"model_dir": str(sft_out / "model"), "output_dir": str(sft_out)}
+    policy = {"model_dir": str(tmp_path / "policy" / "model"), "output_dir": str(tmp_path / "policy")}
+    default = load_config(None)
+    assert evaluation_reference(default, sft, policy) == sft["model_dir"]
+    base = load_config(None, ["evaluation.reference=base"])
+    assert evaluation_reference(base, sft, policy) == str(sft_out / "base-model"), "the tiny model SFT built"
+    (tmp_path / "policy" / "base-model").mkdir(parents=True)
+    (tmp_path / "policy" / "base-model" / "config.json").write_text("{}")
+    no_sft = load_config(None, ["policy.run_sft=false"])
+    assert evaluation_reference(no_sft, None, policy) == str(tmp_path / "policy" / "base-model")
+    named = load_config(None, ["evaluation.reference=base", "model.name=minilm"])
+    assert evaluation_reference(named, {**sft, "output_dir": str(tmp_path)}, policy).endswith("model")

@@ -1,0 +1,40 @@
+"""The word-problem task: a fixed, verifiable universe of two-digit problems for real models."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from alignflow.data import word_problems
+from alignflow.data.demo import task_accuracy, write_demo_dataset
+
+
+def test_the_universe_is_the_same_in_every_clone_and_every_answer_checks_out():
+    first, again = word_problems.all_problems(200, seed=0), word_problems.all_problems(200, seed=0)
+    assert [p.prompt for p in first] == [p.prompt for p in again]
+    assert len({p.prompt for p in first}) == 200
+    for problem in first:
+        assert problem.answer == (problem.a + problem.b if problem.op == "+" else problem.a - problem.b)
+        assert problem.answer >= 0, "a subtraction never goes below zero"
+        assert f" {problem.a} " in f" {problem.prompt} " and word_problems.INSTRUCTION in problem.prompt
+    assert {p.op for p in first} == {"+", "-"}
+
+
+def test_only_the_best_tier_passes_the_strict_task_check():
+    rng = random.Random(0)
+    for problem in word_problems.all_problems(50, seed=3):
+        assert task_accuracy(word_problems.response("best", problem, rng), problem.answer) == 1.0
+        assert task_accuracy(word_problems.response("sloppy", problem, rng), problem.answer) == 0.0
+        assert task_accuracy(word_problems.response("wrong", problem, rng), problem.answer) == 0.0
+
+
+def test_the_dataset_holds_out_enough_problems_for_a_pinned_set(tmp_path):
+    paths = write_demo_dataset(tmp_path, n_pairs=300, n_scored=50, eval_fraction=0.2, task="word_problems")
+    held_out = [json.loads(line) for line in paths["eval"].read_text().splitlines()]
+    assert len(held_out) >= 200, "the pinned set needs at least 200 problems with answers"
+    assert all(isinstance(row["metadata"]["answer"], int) for row in held_out)
+    pairs = [json.loads(line) for line in paths["pairs"].read_text().splitlines()]
+    assert len(pairs) == 300 and all(row["source"] == "word_problems" for row in pairs)
+    chosen_right = sum(task_accuracy(row["chosen"], row["metadata"]["answer"]) for row in pairs)
+    assert chosen_right / len(pairs) > 0.6, "SFT on chosen imitates worked answers in most pairs"
+    assert all(task_accuracy(row["rejected"], row["metadata"]["answer"]) == 0.0 for row in pairs)
