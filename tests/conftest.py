@@ -7,7 +7,9 @@ that lacks it, and fail under CI=true where the service must be there.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -19,8 +21,13 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
-# cached reference log-probs and the like stay out of the user's ~/.cache
-os.environ.setdefault("ALIGNFLOW_CACHE", tempfile.mkdtemp(prefix="alignflow-test-cache-"))
+# cached reference log-probs and the like stay out of the user's ~/.cache. Made once per session:
+# xdist's controller imports this file before it starts the workers, which inherit the variable,
+# so the whole session shares one cache (SmolLM2 is converted into it once, not per worker) and
+# the process that made it removes it at exit (the converted model alone is 517 MB)
+if "ALIGNFLOW_CACHE" not in os.environ:
+    os.environ["ALIGNFLOW_CACHE"] = tempfile.mkdtemp(prefix="alignflow-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ALIGNFLOW_CACHE"], ignore_errors=True)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs two workers on two cores: one torch thread each, or their spinning
     # thread pools fight over the cores (set before anything imports torch)

@@ -175,8 +175,7 @@ def register(app: typer.Typer) -> None:
 
         apply_defaults()  # before Prefect is imported: it reads its settings then
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
-        from prefect import serve as serve_deployments
-
+        from alignflow.cli.serve_runner import serve_until_stopped
         from flows.retrain import retrain
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
@@ -197,6 +196,15 @@ def register(app: typer.Typer) -> None:
                     "config_path": str(config),
                 }
                 deployments.append(ab_check.to_deployment(name=agent, cron=ab_cron, parameters=parameters))
+        names = ", ".join(f"{d.flow_name}/{d.name}" for d in deployments)
+
+        def announce() -> None:
+            console.print(
+                f"serving {names}: polling for scheduled runs; start one now with "
+                f"`prefect deployment run {deployments[0].flow_name}/{name}`; Ctrl-C stops",
+                soft_wrap=True,
+            )
+
         with stopping_children():
-            serve_deployments(*deployments)
-            stop_descendants()  # it returns only when stopped: Ctrl-C is caught inside, flow runs may live on
+            serve_until_stopped(deployments, announce)
+            stop_descendants()  # Ctrl-C returns here: a flow run in progress may live on

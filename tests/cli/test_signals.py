@@ -125,13 +125,18 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _prefect_server_port(pid: int) -> int | None:
-    """The port of the ephemeral Prefect API among this process's descendants."""
+def _prefect_server(pid: int) -> tuple[int, int] | None:
+    """The pid and port of the ephemeral Prefect API among this process's descendants."""
     for child in _descendants(pid):
         argv = _command_line(child)
         if "uvicorn" in argv and "prefect.server.api.server:create_app" in argv:
-            return int(argv[argv.index("--port") + 1])
+            return child, int(argv[argv.index("--port") + 1])
     return None
+
+
+def _prefect_server_port(pid: int) -> int | None:
+    found = _prefect_server(pid)
+    return found[1] if found else None
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
@@ -180,6 +185,11 @@ def test_sigterm_leaves_no_child_process_running(tmp_path, name):
         _wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/health"), process, "Prefect server answer")
         _wait_for(lambda: ready(port), process, f"`alignflow {name}` ready")
         started = _descendants(process.pid)
+        if name == "serve":
+            # Ctrl-C signals the terminal's whole process group: the API server must not get it,
+            # or the runner's shutdown retries a dead API for over a minute, with tracebacks
+            server_pid = _prefect_server(process.pid)[0]
+            assert os.getpgid(server_pid) != os.getpgid(process.pid)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         deadline = time.monotonic() + 5
