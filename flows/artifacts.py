@@ -5,8 +5,9 @@
   stages. Keys are per project (``<project>-retrain-summary``, ``…-retrain-stages``), so
   the Artifacts page keeps one history per project, the newest on top.
 - MLflow: the gate table (``eval/gates.json``, an ``mlflow.log_table`` artifact) on the
-  run's evaluate run (its promote run when the evaluation came from the cache), and the
-  command's log file (``logs/``) on the parent run.
+  run's evaluate run (the cache-hit run standing for it when the evaluation came from the
+  cache; the promote run when there is neither), and the command's log file (``logs/``)
+  on the parent run.
 
 Publishing never fails a finished run: a problem is logged and the run's result stands.
 """
@@ -167,7 +168,7 @@ def _stage_run_id(tracking_uri: str, parent_run_id: str, name: str) -> str | Non
 
 
 def log_gate_table(summary: dict[str, Any], gates: list[dict[str, Any]]) -> str | None:
-    """The gate table on this run's evaluate run (its promote run when evaluation was cached)."""
+    """The gate table on this run's evaluate run (a cache hit's stand-in included), else its promote run."""
     uri, parent = summary.get("tracking_uri"), summary.get("parent_run_id")
     if not gates or not uri or not parent:
         return None

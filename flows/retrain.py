@@ -4,7 +4,9 @@ Every stage is cached on (data version, the config sections it reads, code versi
 upstream models), so a run with unchanged inputs retrains nothing; a run whose data
 version and config are those the current champion was trained on ends early. One parent
 MLflow run holds a nested run per stage; stages named in ``orchestration.work_pools`` run
-as deployments on that pool (``run_deployment``), the rest in-process.
+as deployments on that pool (``run_deployment``), the rest in-process. The parent run is
+what the MLflow UI compares (:mod:`flows.parent_run`): config as params, data version as
+its dataset, headline results as metrics, a child run for each cache hit.
 """
 
 from __future__ import annotations
@@ -24,17 +26,23 @@ from alignflow.config import PipelineConfig, config_hash, load_config, with_rewa
 from alignflow.evaluation.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
-from alignflow.registry.runs import DATA_VERSION_TAG, lineage_tags, pipeline_run
+from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
+from flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
-from flows.unchanged import OUTCOME_TAG, current_champion, data_source, mark_nothing_to_do
+from flows.unchanged import (
+    OUTCOME_TAG,
+    current_champion,
+    data_source,
+    mark_nothing_to_do,
+    show_champion_stages,
+)
 from tasks.data import pin_golden, version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
 
-GOLDEN_VERSION_TAG = "golden.version"
 GOLDEN_SOURCE_TAG = "golden.source"
 STOP_REASON_TAG = "pipeline.reason"
 # the flow's own steps; the training stages' sections come from the stage registry
@@ -129,11 +137,12 @@ class Stages:
         )
 
     def run(self, stage: str, inputs: StageInputs | None = None, call=None) -> dict[str, Any]:
+        """Run one stage and record it; a cache hit also shows as a child run of the parent."""
         started = time.perf_counter()
         with progress.stage(stage) as shown:  # what the CLI's live view follows
             result = call() if call else call_stage(self.config, stage, inputs)
             cached = shown.cached = bool(result.get("cached"))
-        self.summary.add(
+        outcome = self.summary.add(
             StageOutcome(
                 name=stage,
                 seconds=time.perf_counter() - started,
@@ -143,8 +152,10 @@ class Stages:
                     k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float))
                 },
                 output={k: result[k] for k in ("model_dir", "report", "output_dir") if k in result},
+                run_id=result.get("run_id"),
             )
         )
+        show_cache_hit(self.summary, outcome)
         return result
 
 
@@ -291,11 +302,13 @@ def _run_pipeline(
     mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
     summary.data_version = data["version"]
     mlflow.set_tag(DATA_VERSION_TAG, data["version"])
+    record_data_version(config, stages.parent, data["version"], data["data_dir"])
     mlflow.log_artifact(data["report_path"], "data")
     mlflow.log_artifact(data["manifest_path"], "data")
     champion = None if force else current_champion(config)
     if champion is not None and trained_on(champion, data["version"], cfg_hash):
         mark_nothing_to_do(summary, config, champion)
+        show_champion_stages(summary)
         mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
     else:
         _train_and_promote(stages, config, summary, cfg_hash)
@@ -322,17 +335,11 @@ def retrain(
     cfg_hash = config_hash(config)
     uri = config.tracking.resolved_uri()
     summary = RunSummary(project=config.project, config_hash=cfg_hash, tracking_uri=uri)
-    experiment = config.tracking.experiment or config.project
-    with pipeline_run(
-        uri,
-        experiment,
-        run_name="retrain",
-        tags={**config.tracking.tags, **lineage_tags(None, cfg_hash, repo_dir)},
-        artifact_location=config.tracking.artifact_location,
-    ) as parent:
+    with parent_run(config, repo_dir) as parent:
         summary.parent_run_id = parent.info.run_id
         stages = Stages(config, summary, parent.info.run_id, repo_dir)
         _run_pipeline(stages, config, summary, repo_dir, cfg_hash, force)
+        record_results(summary)
         summary.wall_seconds = time.perf_counter() - started
         mlflow.log_metrics(
             {

@@ -58,6 +58,7 @@ class StageOutcome:
     cached: bool
     metrics: dict[str, float] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None  # the MLflow stage run that produced the result (an earlier one on a hit)
 
 
 @dataclass

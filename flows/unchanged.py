@@ -48,6 +48,7 @@ def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutc
             cached=True,
             metrics=stage.get("metrics", {}),
             output=stage.get("output", {}),
+            run_id=stage.get("run_id"),
         )
         for stage in earlier.get("stages", [])
         if stage["name"] != "data"
@@ -101,27 +102,30 @@ def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> Run
     return summary
 
 
+def show_champion_stages(summary: RunSummary) -> None:
+    """The champion's stages, reported as this run's cache hits, as child runs of its parent."""
+    from flows.parent_run import show_cache_hit
+
+    for stage in summary.stages:
+        show_cache_hit(summary, stage)
+
+
 def record_nothing_to_do(
     summary: RunSummary, config: PipelineConfig, repo_dir: str | Path, started: float
 ) -> None:
     """One parent run per pipeline run, also when it had nothing to do (the schedule's audit trail)."""
     import mlflow
 
-    from alignflow.registry.runs import lineage_tags, pipeline_run
+    from flows.parent_run import parent_run, record_data_version, record_results
 
-    tags = {
-        **config.tracking.tags,
-        **lineage_tags(summary.data_version, summary.config_hash, repo_dir),
-        OUTCOME_TAG: "nothing_to_do",
-    }
-    with pipeline_run(
-        summary.tracking_uri,
-        config.tracking.experiment or config.project,
-        run_name="retrain",
-        tags=tags,
-        artifact_location=config.tracking.artifact_location,
-    ) as run:
+    outcome = {OUTCOME_TAG: "nothing_to_do"}
+    with parent_run(config, repo_dir, summary.data_version, outcome) as run:
         summary.parent_run_id = run.info.run_id
+        data = summary.stage("data")
+        if data is not None and summary.data_version:
+            record_data_version(config, run.info.run_id, summary.data_version, data.output["output_dir"])
+        show_champion_stages(summary)
+        record_results(summary)
         summary.wall_seconds = time.perf_counter() - started
         mlflow.log_metric("pipeline/wall_seconds", summary.wall_seconds)
         mlflow.log_dict(summary.to_dict(), "summary.json")

@@ -99,11 +99,13 @@ def promote_models(
 
     The reward model is judged first: only a reward model that passed its own gates may
     then judge the policy (beside the champion reward model and any plugged-in judge).
+    Each decision's gate table is logged to the promote run (metrics, markdown, JSON).
     """
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
+        from alignflow.registry.decision_card import log_decision
         from alignflow.registry.promotion import promote, trusted_judges
 
         decisions = {}
@@ -119,6 +121,7 @@ def promote_models(
                 uri, info["name"], info["version"], metrics, config.promotion, role, judges, tags
             )
             reward_trusted = reward_trusted or (role == "reward" and decision.promoted)
+            log_decision(role, decision)
             decisions[role] = {
                 "name": info["name"],
                 "version": info["version"],

@@ -122,7 +122,7 @@ def promote(
         console.print(f"[red]{name} has no challenger; pass --version[/red]")
         raise typer.Exit(2)
     if force and not dry_run:
-        previous = promotion.set_champion(uri, name, version, "manual promotion (gates not checked)")
+        previous = promotion.promote_by_hand(uri, name, version)
         console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
         return
     if human:

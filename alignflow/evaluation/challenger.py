@@ -27,7 +27,7 @@ from alignflow.evaluation.intervals import (
     wilson_of,
 )
 from alignflow.evaluation.judges import Judge, Scorer
-from alignflow.evaluation.metric_names import golden_key
+from alignflow.evaluation.metric_names import GOLDEN, golden_key, win_rate_key
 from alignflow.evaluation.metrics import completion_lengths, score_pairs
 from alignflow.evaluation.report import EvalReport
 
@@ -81,7 +81,7 @@ def judge_policy_completions(
         for name, judge in (judges or {}).items():
             verdicts[f"{name}_vs_{against}"] = judge.compare(prompts, policy, theirs, metadata)
             rate = bootstrap_mean(verdicts[f"{name}_vs_{against}"], seed=seed)
-            put_estimate(metrics, golden_key(f"{name}/win_rate_vs_{against}"), rate)
+            put_estimate(metrics, win_rate_key(GOLDEN, name, against), rate)
     samples = []
     for i, prompt in enumerate(prompts[:num_samples]):
         row = {"prompt": as_text(prompt)}

@@ -2,15 +2,18 @@
 
 Scopes: ``eval/`` the held-out split, ``golden/`` the pinned set (with ``/low``, ``/high``
 and ``/n`` beside each estimate), ``human/`` live ratings from the feedback service,
-``promotion/`` the gate machinery, ``train/`` the trainers' own logs. Producers (the
-evaluation stage, the reward stage, the challenger evaluation) and consumers (promotion
-gates, the run summary, the label check, the estimate of a training request) import these
-names instead of spelling them.
+``promotion/`` the gate machinery (and each gate on the promote run), ``promoted/`` whether
+a pipeline run's version of a role holds ``champion``, ``train/`` the trainers' own logs.
+Producers (the evaluation stage, the reward stage, the challenger evaluation) and consumers
+(promotion gates, the run summary, the parent run's headline, the label check, the
+estimate of a training request) import these names instead of spelling them.
 """
 
 from __future__ import annotations
 
 EVAL, GOLDEN, HUMAN, PROMOTION, TRAIN = "eval", "golden", "human", "promotion", "train"
+PROMOTED = "promoted"
+WIN_RATE_PREFIX = "win_rate_vs_"
 
 
 def eval_key(name: str) -> str:
@@ -23,7 +26,24 @@ def golden_key(name: str) -> str:
 
 def win_rate_key(scope: str, judge: str | None, against: str) -> str:
     """``<scope>/<judge>/win_rate_vs_<against>``; without a judge, the primary judge's rate."""
-    return f"{scope}/{judge}/win_rate_vs_{against}" if judge else f"{scope}/win_rate_vs_{against}"
+    return f"{scope}/{judge}/{WIN_RATE_PREFIX}{against}" if judge else f"{scope}/{WIN_RATE_PREFIX}{against}"
+
+
+def is_win_rate(key: str) -> bool:
+    """A win rate's own key, not the interval bound or row count stored beside it (``…/low``)."""
+    return key.rpartition("/")[2].startswith(WIN_RATE_PREFIX)
+
+
+def promoted_key(role: str) -> str:
+    """``promoted/<role>``: 1 when the run's version of ``role`` holds ``champion`` after it, else 0."""
+    return f"{PROMOTED}/{role}"
+
+
+def gate_key(role: str, gate: str, part: str = "") -> str:
+    """``promotion/<role>/<gate>``: a gate's value on the promote run; ``part`` names what sits
+    beside it (``low``, ``high``, ``n`` as for any estimate, ``threshold``, ``passed``)."""
+    key = f"{PROMOTION}/{role}/{gate}"
+    return f"{key}/{part}" if part else key
 
 
 # ---- the held-out split (evaluation stage)

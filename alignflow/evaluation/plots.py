@@ -6,6 +6,7 @@ Each function writes one PNG and returns its path, so a flow can log them as art
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from alignflow.evaluation.metric_names import EVAL  # noqa: E402
+from alignflow.evaluation.metric_names import EVAL, is_win_rate  # noqa: E402
 from alignflow.evaluation.report import EvalReport  # noqa: E402
 
 
@@ -39,13 +40,47 @@ def plot_distributions(
     return _save(fig, path)
 
 
-def plot_win_rates(win_rates: Mapping[str, float], path: str | Path) -> Path:
-    """Horizontal bars of win rates with the 0.5 line (no better than the opponent)."""
-    fig, ax = plt.subplots(figsize=(6, 0.5 * max(len(win_rates), 2) + 1))
-    labels = list(win_rates)
-    ax.barh(labels, [win_rates[k] for k in labels], color="tab:blue")
+@dataclass(frozen=True)
+class WinRateBar:
+    """One bar of the win-rate plot: the rate and, where one was measured, its 95% interval."""
+
+    label: str
+    rate: float
+    low: float | None = None
+    high: float | None = None
+
+    def error(self) -> tuple[float, float]:
+        """Distances from the rate down to the lower and up to the upper bound (0 without one)."""
+        low = self.rate if self.low is None else self.low
+        high = self.rate if self.high is None else self.high
+        return max(self.rate - low, 0.0), max(high - self.rate, 0.0)
+
+
+def win_rate_bars(metrics: Mapping[str, float | None]) -> list[WinRateBar]:
+    """The win rates among ``metrics``, each with the interval stored beside it: the ``/low``,
+    ``/high`` and ``/n`` keys are that interval and its row count, not rates of their own."""
+    bars = []
+    for key, rate in metrics.items():
+        if is_win_rate(key) and rate is not None:
+            low, high = metrics.get(f"{key}/low"), metrics.get(f"{key}/high")
+            bars.append(WinRateBar(key.removeprefix(f"{EVAL}/"), rate, low, high))
+    return bars
+
+
+def plot_win_rates(bars: Sequence[WinRateBar], path: str | Path) -> Path:
+    """Horizontal bars of win rates, error bars spanning their 95% intervals, and the 0.5 line
+    (no better than the opponent)."""
+    fig, ax = plt.subplots(figsize=(6, 0.5 * max(len(bars), 2) + 1))
+    errors = [bar.error() for bar in bars]
+    ax.barh(
+        [bar.label for bar in bars],
+        [bar.rate for bar in bars],
+        xerr=[[e[0] for e in errors], [e[1] for e in errors]],
+        color="tab:blue",
+        capsize=3,
+    )
     ax.axvline(0.5, color="grey", linestyle="--")
-    ax.set(xlim=(0, 1), title="Win rates", xlabel="share of prompts won (ties count half)")
+    ax.set(xlim=(0, 1), title="Win rates (95% intervals)", xlabel="share of prompts won (ties count half)")
     return _save(fig, path)
 
 
@@ -91,9 +126,7 @@ def report_plots(report: EvalReport, out_dir: str | Path) -> dict[str, Path]:
             "Response lengths",
             "tokens",
         )
-    rates = {
-        k.removeprefix(f"{EVAL}/"): v for k, v in report.metrics.items() if "win_rate" in k and v is not None
-    }
-    if rates:
-        plots["win_rates"] = plot_win_rates(rates, out_dir / "win_rates.png")
+    bars = win_rate_bars(report.metrics)
+    if bars:
+        plots["win_rates"] = plot_win_rates(bars, out_dir / "win_rates.png")
     return plots

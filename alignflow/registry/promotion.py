@@ -6,18 +6,19 @@ fewer judged rows than ``min_judged_rows`` fails as ``insufficient_evidence``, a
 gate whose metric is missing fails (an unmeasured model is not promoted by accident).
 Preference judges count only when they are independent of the challenger's run: the
 champion reward model, a plugged-in LLM judge, and the run's own reward model only once
-it has passed its own gates. The outcome is written onto the model version as tags, so
-the registry itself explains why a version was or was not promoted; the champion history
-lives in the ``champion.previous`` tag chain that :func:`rollback` walks back.
+it has passed its own gates. The outcome is written onto the model version as tags and as
+its description (:mod:`alignflow.registry.decision_card`), so the registry itself explains
+why a version was or was not promoted; the champion history lives in the
+``champion.previous`` tag chain that :func:`rollback` walks back. Times are ISO 8601 (UTC).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from typing import Literal
 
 from mlflow import MlflowClient
@@ -36,7 +37,14 @@ from alignflow.evaluation.metric_names import (
     REWARD_ACCURACY_VS_CHAMPION,
     TASK_ACCURACY_GAIN,
     TASK_ACCURACY_VS_CHAMPION,
+    is_win_rate,
     win_rate_key,
+)
+from alignflow.registry.decision_card import (
+    MAX_DESCRIPTION,
+    JudgedOn,
+    decision_sentence,
+    version_description,
 )
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.promotion_config import PromotionConfig
@@ -53,6 +61,12 @@ JUDGES_TAG = "promotion.judges"
 REASON_TAG = "promotion.reason"
 PREVIOUS_CHAMPION_TAG = "champion.previous"
 PROMOTED_AT_TAG = "champion.promoted_at"
+# the decision in a few short tags, for the version page and search (beside the promotion.* ones)
+OUTCOME_TAG = "decision"
+OUTCOME_REASON_TAG = "decision.reason"
+OUTCOME_FAILED_TAG = "decision.failed_gates"
+DECIDED_AT_TAG = "decision.decided_at"
+MAX_TAG_VALUE = 5000
 METRIC_TAG_PREFIX = "metric."
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 
@@ -95,6 +109,11 @@ class GateResult:
             return ""
         return f"[{self.low:.3g}, {self.high:.3g}]"
 
+    @property
+    def needs(self) -> str:
+        """The bound that decides and what it must clear (``lower bound > 0.5``)."""
+        return f"{BOUND_NAMES[self.bound]} {self.op} {self.threshold:g}"
+
     def describe(self) -> str:
         if self.outcome == "missing":
             return f"{self.name}: missing (needs {self.op} {self.threshold:g})"
@@ -126,7 +145,7 @@ class PromotionDecision:
 
 def trusted_judges(metrics: Mapping[str, float], own_reward_trusted: bool) -> list[str]:
     """Preference judges whose verdicts on the pinned set may decide a policy's promotion."""
-    present = {k.split("/")[1] for k in metrics if k.startswith(f"{GOLDEN}/") and "/win_rate_vs_" in k}
+    present = {k.split("/")[1] for k in metrics if k.startswith(f"{GOLDEN}/") and is_win_rate(k)}
     allowed = [*OUTSIDE_JUDGES, *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
     return [j for j in allowed if j in present]
 
@@ -319,6 +338,23 @@ def _set_tags(client: MlflowClient, name: str, version: str, tags: Mapping[str, 
         client.set_model_version_tag(name, version, key, value)
 
 
+def now_iso() -> str:
+    """The current time as the registry's tags keep it: ISO 8601 in UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def outcome_tags(outcome: str, sentence: str, reason: str | None = None) -> dict[str, str]:
+    """A decision as tags: the short ``decision*`` ones the version page shows first, and the
+    ``promotion.*`` ones that scripts read (``reason``: the detailed one, else the sentence)."""
+    return {
+        OUTCOME_TAG: outcome,
+        OUTCOME_REASON_TAG: sentence[:MAX_TAG_VALUE],
+        DECIDED_AT_TAG: now_iso(),
+        DECISION_TAG: outcome,
+        REASON_TAG: (reason or sentence)[:MAX_TAG_VALUE],
+    }
+
+
 def set_champion(tracking_uri: str, name: str, version: str, reason: str) -> str | None:
     """Move ``champion`` to ``version``, remembering the one it replaces; returns that one."""
     client = MlflowClient(tracking_uri)
@@ -326,29 +362,42 @@ def set_champion(tracking_uri: str, name: str, version: str, reason: str) -> str
     previous = str(current.version) if current is not None else None
     if previous == str(version):
         return previous
-    _set_tags(
-        client,
-        name,
-        str(version),
-        {
-            PREVIOUS_CHAMPION_TAG: previous or "",
-            PROMOTED_AT_TAG: str(int(time.time() * 1000)),
-            DECISION_TAG: "promoted",
-            REASON_TAG: reason[:5000],
-        },
-    )
+    history = {PREVIOUS_CHAMPION_TAG: previous or "", PROMOTED_AT_TAG: now_iso()}
+    _set_tags(client, name, str(version), history | outcome_tags("promoted", reason))
     client.set_registered_model_alias(name, CHAMPION, str(version))
     return previous
+
+
+def add_to_description(tracking_uri: str, name: str, version: str, sentence: str) -> None:
+    """Put a later decision (by hand, a rollback) on top of a version's page, dated, keeping
+    the gated decision below it: the page reads as the version's history, newest first."""
+    client = MlflowClient(tracking_uri)
+    earlier = client.get_model_version(name, version).description or ""
+    text = f"**{sentence}** ({now_iso()})" + (f"\n\n---\n\n{earlier}" if earlier else "")
+    client.update_model_version(name, version, description=text[:MAX_DESCRIPTION])
+
+
+def promote_by_hand(tracking_uri: str, name: str, version: str) -> str | None:
+    """Move ``champion`` to ``version`` without checking gates (``promote --force``), saying so
+    on the version; returns the version it replaced."""
+    previous = version_by_alias(tracking_uri, name, CHAMPION)
+    if previous is not None and str(previous.version) == str(version):
+        return str(version)  # already the champion: nothing moves, nothing to record
+    replaced = f", replacing version {previous.version}" if previous is not None else ""
+    sentence = f"Promoted to champion by hand, gates not checked{replaced}."
+    result = set_champion(tracking_uri, name, str(version), sentence)
+    add_to_description(tracking_uri, name, str(version), sentence)
+    return result
 
 
 def decision_tags(decision: PromotionDecision) -> dict[str, str]:
     """What the registry keeps of a decision: every gate with its interval and n, the judges."""
     tags = {
-        GATES_TAG: _results_json(list(decision.results))[:5000],
+        GATES_TAG: _results_json(list(decision.results))[:MAX_TAG_VALUE],
         JUDGES_TAG: ",".join(decision.judges) or "none",
     }
     for r in decision.results:
-        tags[GATE_TAG_PREFIX + r.name] = f"{r.outcome}: {r.describe()}"[:5000]
+        tags[GATE_TAG_PREFIX + r.name] = f"{r.outcome}: {r.describe()}"[:MAX_TAG_VALUE]
     return tags
 
 
@@ -367,7 +416,8 @@ def promote(
 
     Either way the version is tagged with the decision, each gate's value, interval and
     judged rows, the judges that counted and ``tags`` (the pinned set's version); a
-    rejected version also gets ``promotion.failed_gates`` naming the gates it failed.
+    rejected version also gets ``promotion.failed_gates`` naming the gates it failed. Its
+    description says the same for people (:func:`~alignflow.registry.decision_card.version_description`).
     """
     client = MlflowClient(tracking_uri)
     version = str(version)
@@ -377,7 +427,7 @@ def promote(
     record_metrics(tracking_uri, name, version, metrics)
     _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision)})
     if decision.promoted:
-        set_champion(tracking_uri, name, version, decision.reason)
+        set_champion(tracking_uri, name, version, decision_sentence(decision))
     else:
         failed = {
             r.name: {"outcome": r.outcome, "value": r.value, "low": r.low, "high": r.high, "n": r.n,
@@ -389,12 +439,39 @@ def promote(
             name,
             version,
             {
-                DECISION_TAG: "rejected",
-                FAILED_GATES_TAG: json.dumps(failed, sort_keys=True)[:5000],
-                REASON_TAG: decision.reason[:5000],
+                **outcome_tags("rejected", decision_sentence(decision), decision.reason),
+                OUTCOME_FAILED_TAG: ",".join(failed),
+                FAILED_GATES_TAG: json.dumps(failed, sort_keys=True)[:MAX_TAG_VALUE],
             },
         )
+    describe_version(tracking_uri, decision, metrics)
     return decision
+
+
+def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> JudgedOn:
+    """What a version was judged on, from its tags (data and pinned-set versions) and the
+    pipeline run that registered it."""
+    from alignflow.registry.lineage import producing_pipeline_run
+    from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
+
+    client = MlflowClient(tracking_uri)
+    registered = client.get_model_version(name, version)
+    pipeline = producing_pipeline_run(tracking_uri, registered)
+    return JudgedOn(
+        data_version=registered.tags.get(DATA_VERSION_TAG),
+        golden_version=registered.tags.get(GOLDEN_VERSION_TAG),
+        pipeline_run_id=pipeline,
+        experiment_id=client.get_run(pipeline).info.experiment_id if pipeline else None,
+        answers=int(_number(metrics, ANSWERS) or 0),
+    )
+
+
+def describe_version(tracking_uri: str, decision: PromotionDecision, metrics: Mapping[str, float]) -> None:
+    """Write the decision as the version's description: what its page in the UI shows first."""
+    context = judged_on(tracking_uri, decision.name, decision.version, metrics)
+    MlflowClient(tracking_uri).update_model_version(
+        decision.name, decision.version, description=version_description(decision, context)
+    )
 
 
 def rollback(tracking_uri: str, name: str) -> tuple[str, str]:
@@ -411,10 +488,7 @@ def rollback(tracking_uri: str, name: str) -> tuple[str, str]:
     if not previous:
         raise LookupError(f"{name}: champion version {current.version} has no previous champion")
     client.set_registered_model_alias(name, CHAMPION, previous)
-    _set_tags(
-        client,
-        name,
-        str(current.version),
-        {DECISION_TAG: "rolled_back", REASON_TAG: f"rolled back to version {previous}"},
-    )
+    reason = f"Rolled back: champion returned to version {previous}."
+    _set_tags(client, name, str(current.version), outcome_tags("rolled_back", reason))
+    add_to_description(tracking_uri, name, str(current.version), reason)
     return str(current.version), previous

@@ -24,6 +24,7 @@ from alignflow.registry.tracking import sanitize_name
 DATA_VERSION_TAG = "data.version"
 GIT_COMMIT_TAG = "git.commit"
 CONFIG_HASH_TAG = "config.hash"
+GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or version was judged on
 STAGE_TAG = "alignflow.stage"
 LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
 UNKNOWN = "unknown"

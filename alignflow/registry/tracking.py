@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-MAX_PARAM_VALUE = 6000  # MLflow's limit on a param value's length
+MAX_PARAM_VALUE = MAX_PARAM_VAL_LENGTH  # MLflow's limit on a param value's length
+TRUNCATED = "...[truncated]"  # ends a param value cut to MLflow's limit
 MAX_KEY = 250
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
@@ -42,11 +44,20 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def param_value(value: Any) -> str:
+    """``value`` as MLflow stores a param: cut to its length limit, the cut marked so that a
+    reader of the UI does not take a truncated value for the whole one."""
+    text = str(value)
+    if len(text) <= MAX_PARAM_VALUE:
+        return text
+    return text[: MAX_PARAM_VALUE - len(TRUNCATED)] + TRUNCATED
+
+
 def log_params(params: Mapping[str, Any], prefix: str = "") -> None:
     """Log (flattened, truncated) params to the active run; a no-op without one."""
     if not active():
         return
-    safe = {sanitize_name(k): str(v)[:MAX_PARAM_VALUE] for k, v in flatten(params, prefix).items()}
+    safe = {sanitize_name(k): param_value(v) for k, v in flatten(params, prefix).items()}
     mlflow.log_params(safe)
 
 

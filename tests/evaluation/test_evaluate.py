@@ -8,6 +8,7 @@ from alignflow.data.demo import correctness_reward, format_answer, format_reward
 from alignflow.evaluation import evaluate, plots
 from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.intervals import Estimate, put_estimate
 from alignflow.evaluation.judges import RewardModelJudge
 from alignflow.evaluation.report import EvalReport, read_report, samples_table, write_report
 from alignflow.models import load_causal_lm
@@ -156,3 +157,25 @@ def test_report_plots_and_mlflow_logging(tmp_path, eval_records, scorer):
     assert table["columns"] == ["prompt", "policy", "reference"]
     curves = plots.plot_training_curves(uri, {"sft": run.info.run_id}, tmp_path / "curves.png")
     assert curves.stat().st_size > 1000
+
+
+def test_the_win_rate_plot_draws_rates_with_their_intervals_never_counts(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    drawn = []
+    barh = Axes.barh
+
+    def spy(self, labels, widths, *args, **kwargs):
+        drawn.append((list(labels), list(widths), kwargs.get("xerr")))
+        return barh(self, labels, widths, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "barh", spy)
+    pinned: dict[str, float | None] = {"golden/task_accuracy": 0.6}
+    put_estimate(pinned, "golden/reward/win_rate_vs_reference", Estimate(0.7, 0.6, 0.85, 120, "bootstrap"))
+    report = EvalReport(metrics={**pinned, "eval/win_rate_vs_reference": 0.65})
+    figures = plots.report_plots(report, tmp_path / "plots")
+    assert figures["win_rates"].stat().st_size > 1000
+    ((labels, widths, xerr),) = drawn
+    assert labels == ["golden/reward/win_rate_vs_reference", "win_rate_vs_reference"], "rates only"
+    assert widths == [0.7, 0.65] and all(0 <= w <= 1 for w in widths), "no row count drawn as a bar"
+    assert xerr[0] == pytest.approx([0.1, 0.0]) and xerr[1] == pytest.approx([0.15, 0.0]), "the 95% interval"

@@ -146,7 +146,7 @@ def test_ratings_alone_train_a_regression_reward_model_and_ppo_and_report_what_r
     mlflow = MlflowClient(settings.tracking_uri)
     (parent,) = mlflow.search_runs(
         [e.experiment_id for e in mlflow.search_experiments()],
-        filter_string=f"tags.job_id = '{trained['jobId']}' and tags.mlflow.runName = 'retrain'",
+        filter_string=f"tags.job_id = '{trained['jobId']}' and tags.`alignflow.pipeline` = 'retrain'",
     )
     stages = {
         r.data.tags.get("mlflow.runName"): r for r in child_runs(settings.tracking_uri, parent.info.run_id)

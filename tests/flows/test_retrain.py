@@ -1,28 +1,41 @@
 """The retraining flow end to end against a real ``mlflow server`` process (REST API).
 
 One module-scoped workspace: a first run makes the champion, a second unchanged run
-retrains nothing, a third run with a sabotaged policy config is rejected by the gates.
+retrains nothing, a third run with a sabotaged policy config is rejected by the gates. What
+the MLflow UI shows of them (parent runs as comparable rows, decisions on the version pages,
+cache hits as child runs) is read back through the MLflow API.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from typer.testing import CliRunner
 
 from alignflow.cli import app
 from alignflow.cli.pipeline import console, render_summary
 from alignflow.config import load_config
 from alignflow.data.versioning import current_version
+from alignflow.evaluation import metric_names as names
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
-from alignflow.registry.promotion import FAILED_GATES_TAG
+from alignflow.registry.pipeline_record import (
+    CACHE_HIT_TAG,
+    PIPELINE_TAG,
+    REUSED_PIPELINE_TAG,
+    REUSED_RUN_TAG,
+)
+from alignflow.registry.promotion import FAILED_GATES_TAG, OUTCOME_FAILED_TAG, OUTCOME_TAG, PROMOTED_AT_TAG
 from alignflow.registry.runs import DATA_VERSION_TAG, child_runs
 from alignflow.registry.server import local_mlflow_server
 from flows.retrain import GOLDEN_VERSION_TAG, STOP_REASON_TAG, retrain
-from flows.unchanged import OUTCOME_TAG, check_before_flow
+from flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
+from flows.unchanged import check_before_flow
 from tests.flows.conftest import FAST_OVERRIDES
 
 pytestmark = pytest.mark.slow
@@ -63,6 +76,41 @@ def first(server, workspace):
     return run_flow(server, workspace)
 
 
+def stage_runs(uri: str, parent_run_id: str) -> dict[str, Run]:
+    return {run.info.run_name: run for run in child_runs(uri, parent_run_id)}
+
+
+def cache_hit_runs(uri: str, parent_run_id: str) -> dict[str, Run]:
+    runs = stage_runs(uri, parent_run_id)
+    return {name: run for name, run in runs.items() if run.data.tags.get(CACHE_HIT_TAG)}
+
+
+def assert_a_comparable_row(parent: Run, server, data_version: str, workspace: Path) -> None:
+    """A parent run as the MLflow UI lists it: named, config as params, its data as dataset."""
+    assert parent.info.run_name == f"demo-dpo-{data_version[:7]}"
+    assert parent.data.tags[PIPELINE_TAG] == "retrain"
+    params, config = parent.data.params, load_config(None, flow_overrides(server))
+    assert params["dpo.beta"] == str(config.dpo.beta) and params["model.name"] == config.model.name
+    assert params["policy.algorithm"] == "dpo" and params["data.demo_rows"] == "1000"
+    assert "tracking.uri" not in params
+    (dataset,) = parent.inputs.dataset_inputs
+    assert dataset.dataset.digest == data_version, "the DVC md5"
+    assert str(workspace.resolve() / "data") in dataset.dataset.source
+
+
+def assert_headline_results(parent: Run, evaluated: dict[str, float]) -> None:
+    """Pinned-set accuracy, every pinned win rate, length ratio and reward accuracy with their
+    intervals, and the KL: the evaluation's own figures, on the parent."""
+    metrics = parent.data.metrics
+    rates = [k for k in evaluated if k.startswith(f"{names.GOLDEN}/") and names.is_win_rate(k)]
+    assert rates, evaluated
+    for key in (names.TASK_ACCURACY, names.LENGTH_GROWTH_RATIO, names.REWARD_ACCURACY, *rates):
+        for shown in (key, f"{key}/low", f"{key}/high"):
+            assert metrics[shown] == pytest.approx(evaluated[shown]), shown
+    assert metrics[names.KL_TO_REFERENCE] == pytest.approx(evaluated[names.KL_TO_REFERENCE])
+    assert not any(k.startswith(f"{names.EVAL}/reward_") for k in metrics), "headline figures only"
+
+
 def test_first_run_tracks_every_stage_and_registers_both_models(first, server):
     client = MlflowClient(server.url)
     parent = client.get_run(first["parent_run_id"])
@@ -86,6 +134,39 @@ def test_first_run_tracks_every_stage_and_registers_both_models(first, server):
     assert first["golden"]["answers"] >= 100, "enough pinned prompts for the intervals to mean something"
 
 
+def test_the_parent_run_is_one_comparable_row_of_config_results_and_data(first, server, workspace):
+    parent = MlflowClient(server.url).get_run(first["parent_run_id"])
+    assert_a_comparable_row(parent, server, first["data_version"], workspace)
+    evaluated = next(s for s in first["stages"] if s["name"] == "evaluate")["metrics"]
+    assert_headline_results(parent, evaluated)
+    for role, decision in first["promotions"].items():
+        assert parent.data.metrics[names.promoted_key(role)] == float(decision["promoted"])
+    assert not cache_hit_runs(server.url, first["parent_run_id"]), "everything ran"
+
+
+def test_a_version_page_explains_its_decision_and_the_promote_run_keeps_the_gate_table(first, server):
+    client = MlflowClient(server.url)
+    champion = client.get_model_version("demo-policy", "1")
+    page = champion.description
+    assert page.startswith("**Promoted to champion: all "), page
+    assert "| gate | value | 95% interval | n | needed bound | outcome |" in page
+    assert "| task_accuracy_gain | " in page and "| lower bound > 0 | passed |" in page
+    assert f"Judges that counted: verifiable answers ({first['golden']['answers']} pinned prompts)" in page
+    assert f"`{first['data_version']}`" in page and f"`{first['golden']['version']}`" in page
+    assert f"[`{first['parent_run_id']}`](#/experiments/" in page, "a link to the pipeline run"
+    assert champion.tags[OUTCOME_TAG] == "promoted"
+    assert datetime.fromisoformat(champion.tags[PROMOTED_AT_TAG]).tzinfo is not None, "ISO 8601, not epoch"
+
+    promote = stage_runs(server.url, first["parent_run_id"])["promote"]
+    metrics = promote.data.metrics
+    assert metrics["promoted/policy"] == 1.0
+    gate = names.gate_key("policy", "task_accuracy_gain")
+    assert metrics[f"{gate}/passed"] == 1.0 and metrics[f"{gate}/low"] > metrics[f"{gate}/threshold"]
+    files = {a.path for a in client.list_artifacts(promote.info.run_id, "promotion")}
+    tables = {f"promotion/{role}-gates.{ext}" for role in ("policy", "reward") for ext in ("md", "json")}
+    assert tables <= files
+
+
 def test_unchanged_rerun_retrains_nothing(first, server, workspace):
     second = run_flow(server, workspace)
     assert second["data_version"] == first["data_version"]
@@ -96,8 +177,14 @@ def test_unchanged_rerun_retrains_nothing(first, server, workspace):
     first_metrics = {s["name"]: s["metrics"] for s in first["stages"]}
     assert by_name["evaluate"]["metrics"] == first_metrics["evaluate"], "hits report the champion's figures"
     parent = MlflowClient(server.url).get_run(second["parent_run_id"])
-    assert parent.data.tags[OUTCOME_TAG] == "nothing_to_do"
+    assert parent.data.tags[PIPELINE_OUTCOME_TAG] == "nothing_to_do"
     assert MlflowClient(server.url).search_model_versions("name='demo-policy'")[0].version in (1, "1")
+    assert_a_comparable_row(parent, server, second["data_version"], workspace)
+    assert_headline_results(parent, first_metrics["evaluate"])
+    hits = cache_hit_runs(server.url, second["parent_run_id"])
+    produced = stage_runs(server.url, first["parent_run_id"])
+    for stage in TRAINING_STAGES:
+        assert hits[stage].data.tags[REUSED_RUN_TAG] == produced[stage].info.run_id, stage
 
 
 def test_unchanged_run_is_recognised_before_any_prefect_flow_run(first, server, workspace):
@@ -109,8 +196,10 @@ def test_unchanged_run_is_recognised_before_any_prefect_flow_run(first, server, 
     assert all(stage.cached for stage in summary.stages)
     assert {"data", *TRAINING_STAGES} <= {stage.name for stage in summary.stages}
     recorded = MlflowClient(server.url).get_run(summary.parent_run_id)
-    assert recorded.data.tags[OUTCOME_TAG] == "nothing_to_do"
+    assert recorded.data.tags[PIPELINE_OUTCOME_TAG] == "nothing_to_do"
     assert recorded.data.tags[DATA_VERSION_TAG] == first["data_version"]
+    assert_a_comparable_row(recorded, server, first["data_version"], workspace)
+    assert set(TRAINING_STAGES) <= set(cache_hit_runs(server.url, summary.parent_run_id))
     assert "summary.json" in {a.path for a in MlflowClient(server.url).list_artifacts(summary.parent_run_id)}
     changed = load_config(None, flow_overrides(server, "dpo.beta=0.2"))
     assert check_before_flow(changed, workspace) is None, "a changed config is work to do"
@@ -143,6 +232,12 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     failed = json.loads(rejected.tags[FAILED_GATES_TAG])
     assert "task_accuracy_vs_champion" in failed, failed
     assert "reward" in decision["judges"], "the reused champion reward model still judges"
+    assert rejected.tags[OUTCOME_TAG] == "rejected"
+    assert "task_accuracy_vs_champion" in rejected.tags[OUTCOME_FAILED_TAG].split(",")
+    said = rejected.description.splitlines()[0]  # the version page: the decision first
+    assert said.startswith("**Not promoted: ") and "task_accuracy_vs_champion" in said, said
+    assert said.endswith("champion stays version 1.**"), said
+    assert "| task_accuracy_vs_champion | " in rejected.description
 
     # the cache-hit reward model is not registered again: same versions, champion unmoved
     assert registered_versions(server.url, "demo-reward") == reward_versions
@@ -154,6 +249,15 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     assert tags["reward.reused_from_run"] == first["parent_run_id"]
     assert tags["reward.reused_version"] == "1"
     assert "policy.reused_from_run" not in tags
+
+    # the cache hits show under the new parent, each pointing at the run that did the work
+    hits = cache_hit_runs(server.url, worse["parent_run_id"])
+    assert {"sft", "reward"} <= set(hits) and "policy" not in hits, sorted(hits)
+    produced = stage_runs(server.url, first["parent_run_id"])["reward"].info.run_id
+    assert hits["reward"].data.tags[REUSED_RUN_TAG] == produced
+    assert hits["reward"].data.tags[REUSED_PIPELINE_TAG] == first["parent_run_id"]
+    assert produced in hits["reward"].data.tags[MLFLOW_RUN_NOTE], "the description links the producer"
+    assert hits["reward"].data.metrics == by_name["reward"]["metrics"], "its figures, side by side"
     with console.capture() as shown:
         render_summary(worse)
     text = " ".join(shown.get().split())  # the console wraps at its width
@@ -173,7 +277,7 @@ def test_a_poisoned_data_version_stops_before_training_and_the_champion_stays(fi
     assert stopped["stopped"]["reason"] == "label_disagreement", stopped
     assert not stopped["promotions"] and {s["name"] for s in stopped["stages"]} <= {"data"}
     parent = MlflowClient(server.url).get_run(stopped["parent_run_id"])
-    assert parent.data.tags[OUTCOME_TAG] == "stopped"
+    assert parent.data.tags[PIPELINE_OUTCOME_TAG] == "stopped"
     assert parent.data.tags[STOP_REASON_TAG] == "label_disagreement"
     report = json.loads(Path(stopped["stopped"]["report"]).read_text())
     assert not report["passed"] and report["examples"], "the report shows disagreeing pairs"

@@ -42,8 +42,15 @@ def test_promote_dry_run_then_rejects_then_force_then_rollback(tmp_path, tiny_mo
     result = runner.invoke(app, ["promote", "--version", second.version, "--force", *common])
     assert result.exit_code == 0, result.output
     assert models.alias_version(uri, "cli-policy", models.CHAMPION) == second.version
+    page = MlflowClient(uri).get_model_version("cli-policy", second.version).description
+    said, earlier = page.split("\n\n---\n\n")  # newest first, the gated decision kept below
+    assert said.startswith("**Promoted to champion by hand, gates not checked, replacing version 1.** (")
+    assert earlier.startswith("**Not promoted: 1 of ") and "task_accuracy_vs_champion" in earlier
 
     result = runner.invoke(app, ["rollback", *common])
     assert result.exit_code == 0, result.output
     assert models.alias_version(uri, "cli-policy", models.CHAMPION) == first.version
+    rolled_back = MlflowClient(uri).get_model_version("cli-policy", second.version)
+    assert rolled_back.description.startswith("**Rolled back: champion returned to version 1.** (")
+    assert rolled_back.tags[promotion.OUTCOME_TAG] == "rolled_back"
     assert runner.invoke(app, ["rollback", *common]).exit_code == 1

@@ -1,4 +1,5 @@
 import json
+from datetime import UTC, datetime, timedelta
 
 import mlflow
 import pytest
@@ -56,9 +57,24 @@ def test_first_model_becomes_champion_only_when_its_bound_beats_the_reference(re
     assert failed["champion_reward_beats_reference"]["n"] == 120
     assert tags[promotion.GATE_TAG_PREFIX + "champion_reward_beats_reference"].startswith("failed:")
     assert tags[promotion.JUDGES_TAG] == "champion_reward"
+    assert tags[promotion.OUTCOME_TAG] == "rejected"
+    assert tags[promotion.OUTCOME_FAILED_TAG] == "champion_reward_beats_reference"
+    assert tags[promotion.OUTCOME_REASON_TAG] == (
+        "Not promoted: 1 of 4 gates failed (champion_reward_beats_reference); champion stays unset."
+    )
+    page = MlflowClient(uri).get_model_version(logged.name, logged.version).description
+    assert page.startswith(f"**{tags[promotion.OUTCOME_REASON_TAG]}**")
+    assert "- Data version (DVC md5): `d1`" in page, "from the version's lineage tag"
     second = _new_version(uri, logged)
     assert promotion.promote(uri, logged.name, second, FIRST_POLICY, config, "policy", JUDGES).promoted
     assert models.alias_version(uri, logged.name, models.CHAMPION) == second
+    promoted = MlflowClient(uri).get_model_version(logged.name, second)
+    assert promoted.tags[promotion.OUTCOME_TAG] == "promoted"
+    when = datetime.fromisoformat(promoted.tags[promotion.PROMOTED_AT_TAG])
+    assert when.tzinfo is not None and abs(datetime.now(UTC) - when) < timedelta(minutes=5), "ISO 8601, UTC"
+    datetime.fromisoformat(promoted.tags[promotion.DECIDED_AT_TAG])
+    first = "**Promoted to champion: all 4 gates passed, the first champion.**"
+    assert promoted.description.startswith(first)
 
 
 @pytest.mark.slow
@@ -94,8 +110,19 @@ def test_worse_challenger_leaves_champion_and_carries_failed_gates_then_rollback
     assert not decision.promoted
     assert models.alias_version(uri, logged.name, models.CHAMPION) == logged.version
     assert models.alias_version(uri, logged.name, models.CHALLENGER) == worse
-    tags = client.get_model_version(logged.name, worse).tags
+    rejected = client.get_model_version(logged.name, worse)
+    tags = rejected.tags
     assert tags[promotion.DECISION_TAG] == "rejected"
+    page = rejected.description  # what the version's page in the UI shows first
+    assert page.startswith("**Not promoted: 2 of 7 gates failed (champion_reward_win_rate_vs_champion, ")
+    assert f"champion stays version {logged.version}." in page.splitlines()[0]
+    assert "| gate | value | 95% interval | n | needed bound | outcome |" in page
+    win_rate = "| champion_reward_win_rate_vs_champion | 0.3 | [0.22, 0.38] | 120 | lower bound >= 0.4 |"
+    assert f"{win_rate} **failed** |" in page
+    assert "| length_growth | 3.5 | [3.3, 3.7] | 120 | upper bound <= 2 | **failed** |" in page
+    assert "| task_accuracy_gain | 0.9 | [0.85, 0.95] | 120 | lower bound > 0 | passed |" in page
+    assert "- Judges that counted: verifiable answers (100 pinned prompts), champion_reward" in page
+    assert "- Pipeline run: none (registered outside a pipeline run)" in page
     failed = json.loads(tags[promotion.FAILED_GATES_TAG])
     assert set(failed) == {"champion_reward_win_rate_vs_champion", "length_growth"}
     assert failed["champion_reward_win_rate_vs_champion"] | {} == {
@@ -116,3 +143,35 @@ def test_worse_challenger_leaves_champion_and_carries_failed_gates_then_rollback
     assert client.get_model_version(logged.name, better).tags[promotion.DECISION_TAG] == "rolled_back"
     with pytest.raises(LookupError, match="no previous champion"):
         promotion.rollback(uri, logged.name)
+
+
+def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_json(tmp_path):
+    from alignflow.registry.decision_card import log_decision
+
+    worse = MATCHES_CHAMPION | pinned_metrics(length_growth_ratio=(3.5, 3.3, 3.7, 120))
+    decision = promotion.decide("p-policy", "2", worse, PromotionConfig(), "policy", "1", JUDGES)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        log_decision("policy", decision)
+    metrics = MlflowClient(uri).get_run(run.info.run_id).data.metrics
+    assert metrics["promoted/policy"] == 0.0
+    gate = "promotion/policy/length_growth"
+    assert {k: metrics[k] for k in metrics if k.startswith(f"{gate}/") or k == gate} == {
+        gate: 3.5, f"{gate}/low": 3.3, f"{gate}/high": 3.7, f"{gate}/n": 120.0,
+        f"{gate}/threshold": 2.0, f"{gate}/passed": 0.0,
+    }  # fmt: skip
+    assert metrics["promotion/policy/task_accuracy_gain/passed"] == 1.0
+    files = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id, "promotion")}
+    assert files == {"promotion/policy-gates.md", "promotion/policy-gates.json"}
+    with mlflow.start_run(run_id=run.info.run_id):
+        table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/promotion/policy-gates.json")
+        text = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/promotion/policy-gates.md")
+    assert table["decision"] == "Not promoted: 1 of 6 gates failed (length_growth); champion stays version 1."
+    gates = {row["gate"]: row for row in table["gates"]}
+    assert gates["length_growth"] == {
+        "gate": "length_growth", "value": 3.5, "low": 3.3, "high": 3.7, "n": 120,
+        "needs": "upper bound <= 2", "outcome": "failed",
+    }  # fmt: skip
+    assert "| length_growth | 3.5 | [3.3, 3.7] | 120 | upper bound <= 2 | **failed** |" in text

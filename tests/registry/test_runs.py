@@ -38,3 +38,29 @@ def test_stage_runs_nest_under_the_parent_and_inherit_lineage(tmp_path):
         assert child.data.tags["git.commit"] == "unknown"
     experiment = MlflowClient(uri).get_experiment(parent.info.experiment_id)
     assert experiment.artifact_location.startswith((tmp_path / "art").as_uri())
+
+
+def test_a_parent_run_reads_as_one_row_config_results_and_its_data(tmp_path):
+    from alignflow.config import load_config
+    from alignflow.registry import pipeline_record as record
+    from alignflow.registry.tracking import flatten
+
+    uri, md5 = f"sqlite:///{tmp_path}/mlflow.db", "974b9296b36eeb3bda71448ff456e0b1.dir"
+    config = load_config(None, ["dpo.beta=0.2", "tracking.uri=postgresql://me:secret@db/mlflow"])
+    figures = {"golden/task_accuracy": 0.6, "golden/task_accuracy/low": 0.5, "golden/task_accuracy/n": 130.0}
+    figures |= {"golden/reward/win_rate_vs_champion/high": 0.7, "eval/kl_to_reference": 0.1}
+    with runs.pipeline_run(uri, "demo", "first name", artifact_location=str(tmp_path / "art")) as parent:
+        record.log_config(config)
+        record.rename_run(uri, parent.info.run_id, record.run_name(config.project, "dpo", md5))
+        record.log_data_version(tmp_path / "data", md5)
+        record.log_headline_metrics({**figures, "eval/reward_margin": 2.0}, {"policy": True, "reward": False})
+    run = MlflowClient(uri).get_run(parent.info.run_id)
+    assert run.info.run_name == "alignflow-demo-dpo-974b929"
+    params = run.data.params
+    assert params["dpo.beta"] == "0.2" and params["model.name"] == config.model.name
+    assert "tracking.uri" not in params, "a tracking URI may carry a password"
+    assert len(params) == len(flatten(record.config_params(config))) > 100, "every key, past one batch"
+    assert run.data.metrics == {**figures, "promoted/policy": 1.0, "promoted/reward": 0.0}
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.digest == md5 and str(tmp_path / "data") in dataset.dataset.source
+    assert {t.key: t.value for t in dataset.tags}["mlflow.data.context"] == "training"

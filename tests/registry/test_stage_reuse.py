@@ -1,10 +1,12 @@
-"""Finding the registered version a cached stage output was logged from (real sqlite store)."""
+"""Finding the registered version a cached stage output was logged from, and showing a cache
+hit under the pipeline run that reused it (real sqlite store)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from mlflow import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from alignflow.registry.lineage import (
     link_reused_version,
@@ -12,7 +14,13 @@ from alignflow.registry.lineage import (
     stage_output_tags,
     version_from_stage,
 )
-from alignflow.registry.runs import pipeline_run, stage_run
+from alignflow.registry.pipeline_record import (
+    CACHE_HIT_TAG,
+    REUSED_PIPELINE_TAG,
+    REUSED_RUN_TAG,
+    cache_hit_run,
+)
+from alignflow.registry.runs import child_runs, pipeline_run, stage_run
 
 
 def _version(client: MlflowClient, name: str, tags: dict[str, str], run_id: str | None = None) -> str:
@@ -57,3 +65,35 @@ def test_a_reusing_run_links_to_the_pipeline_run_that_registered_the_version(tra
     tags = client.get_run(rerun.info.run_id).data.tags
     assert tags["reward.reused_from_run"] == producer.info.run_id
     assert tags["reward.reused_version"] == version
+
+
+def test_a_cache_hit_shows_under_the_new_pipeline_run_and_points_at_the_run_that_did_the_work(
+    tracking_uri, artifact_dir
+):
+    client = MlflowClient(tracking_uri)
+    with (
+        pipeline_run(tracking_uri, "p", artifact_location=artifact_dir) as producer,
+        stage_run(tracking_uri, producer.info.run_id, "reward") as reward,
+    ):
+        pass
+    with pipeline_run(tracking_uri, "p", artifact_location=artifact_dir) as rerun:
+        figures = {"eval/accuracy": 0.9}
+        hit = cache_hit_run(tracking_uri, rerun.info.run_id, "reward", reward.info.run_id, figures)
+        with stage_run(tracking_uri, rerun.info.run_id, "data") as data:
+            pass
+        assert cache_hit_run(tracking_uri, rerun.info.run_id, "data", data.info.run_id) is None, "its own"
+    (shown,) = [r for r in child_runs(tracking_uri, rerun.info.run_id) if r.info.run_name == "reward"]
+    assert shown.info.run_id == hit
+    tags = shown.data.tags
+    assert tags[CACHE_HIT_TAG] == "true"
+    assert tags[REUSED_RUN_TAG] == reward.info.run_id
+    assert tags[REUSED_PIPELINE_TAG] == producer.info.run_id
+    note = tags[MLFLOW_RUN_NOTE]
+    experiment = producer.info.experiment_id
+    assert f"(#/experiments/{experiment}/runs/{reward.info.run_id})" in note, note
+    assert f"(#/experiments/{experiment}/runs/{producer.info.run_id})" in note, note
+    assert shown.data.metrics == {"eval/accuracy": 0.9}, "the reused result's figures, side by side"
+
+    with pipeline_run(tracking_uri, "p", artifact_location=artifact_dir) as third:
+        again = cache_hit_run(tracking_uri, third.info.run_id, "reward", hit)
+    assert client.get_run(again).data.tags[REUSED_RUN_TAG] == reward.info.run_id, "a hit of a hit"

@@ -17,3 +17,4 @@ def test_names_are_sanitised_and_long_params_truncated(tmp_path):
     data = mlflow.get_run(run.info.run_id).data
     assert data.metrics == {"train/loss _avg_": 0.5}
     assert len(data.params["sft.prompt"]) == tracking.MAX_PARAM_VALUE
+    assert data.params["sft.prompt"].endswith(tracking.TRUNCATED), "a cut value says it was cut"

@@ -1,0 +1,164 @@
+"""A promotion decision written for people: the version page's description and the promote
+run's gate table.
+
+The registry's tags keep every figure for scripts (``promotion.gates``); someone opening a
+version in the MLflow UI reads its description instead: the decision in one sentence, the
+gate table, the judges that counted, the data and pinned set it was judged on and the
+pipeline run that made it. The promote run keeps the same table as metrics (comparable
+across runs) and as markdown and JSON artifacts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from alignflow.evaluation.metric_names import gate_key, promoted_key
+from alignflow.registry import tracking
+
+if TYPE_CHECKING:  # promotion imports this module
+    from alignflow.registry.promotion import GateResult, PromotionDecision
+
+MAX_DESCRIPTION = 5000  # MLflow's limit on a model version's description
+GATE_ARTIFACT = "promotion/{role}-gates"  # .md and .json on the promote run
+TABLE_HEADER = "| gate | value | 95% interval | n | needed bound | outcome |"
+
+
+@dataclass(frozen=True)
+class JudgedOn:
+    """What a decision was made on and by: read from the version's tags and its run."""
+
+    data_version: str | None = None
+    golden_version: str | None = None
+    pipeline_run_id: str | None = None
+    experiment_id: str | None = None
+    answers: int = 0  # pinned prompts with a verifiable answer
+
+
+def _number(value: float | None, digits: str = ".4g") -> str:
+    return "" if value is None else format(value, digits)
+
+
+def _champion_said(previous: str | None, version: str) -> str:
+    if previous is None:
+        return "the first champion"
+    return "already the champion" if previous == version else f"replacing version {previous}"
+
+
+def decision_sentence(decision: PromotionDecision) -> str:
+    """The decision in one sentence, naming the failed gates of a rejected version."""
+    if decision.promoted:
+        passed = f"all {len(decision.results)} gates passed" if decision.results else "no gates configured"
+        champion = _champion_said(decision.previous_champion, decision.version)
+        return f"Promoted to champion: {passed}, {champion}."
+    failed = ", ".join(r.name for r in decision.failed)
+    stays = f"version {decision.previous_champion}" if decision.previous_champion else "unset"
+    return (
+        f"Not promoted: {len(decision.failed)} of {len(decision.results)} gates failed ({failed}); "
+        f"champion stays {stays}."
+    )
+
+
+def gate_row(result: GateResult) -> dict[str, Any]:
+    """One gate as a row: the value, its 95% interval and n, the bound it needed, the outcome."""
+    return {
+        "gate": result.name,
+        "value": result.value,
+        "low": result.low,
+        "high": result.high,
+        "n": result.n,
+        "needs": result.needs,
+        "outcome": result.outcome,
+    }
+
+
+def gate_rows(decision: PromotionDecision) -> list[dict[str, Any]]:
+    return [gate_row(r) for r in decision.results]
+
+
+def _markdown_row(result: GateResult) -> str:
+    outcome = result.outcome if result.passed else f"**{result.outcome}**"
+    n = _number(result.n, "d")
+    cells = (result.name, _number(result.value), result.interval(), n, result.needs, outcome)
+    return "| " + " | ".join(cells) + " |"
+
+
+def gate_table_markdown(decision: PromotionDecision) -> str:
+    """The gate table in markdown (no rows: says that no gates were configured)."""
+    if not decision.results:
+        return "No gates configured."
+    lines = [TABLE_HEADER, "|---|---|---|---|---|---|", *(_markdown_row(r) for r in decision.results)]
+    return "\n".join(lines)
+
+
+def judges_line(decision: PromotionDecision, answers: int) -> str:
+    """The judges whose verdicts counted: verifiable answers first, then the preference judges."""
+    counted = ([f"verifiable answers ({answers} pinned prompts)"] if answers else []) + list(decision.judges)
+    return ", ".join(counted) or "none"
+
+
+def _run_link(run_id: str | None, experiment_id: str | None) -> str:
+    if not run_id:
+        return "none (registered outside a pipeline run)"
+    if not experiment_id:
+        return f"`{run_id}`"
+    return f"[`{run_id}`](#/experiments/{experiment_id}/runs/{run_id})"
+
+
+def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str:
+    """The version page's description: sentence, gate table, judges, versions, pipeline run."""
+    lines = [
+        f"**{decision_sentence(decision)}**",
+        "",
+        gate_table_markdown(decision),
+        "",
+        f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
+        f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
+        f"- Pinned evaluation set: `{judged_on.golden_version or 'unknown'}`",
+        f"- Pipeline run: {_run_link(judged_on.pipeline_run_id, judged_on.experiment_id)}",
+    ]
+    return "\n".join(lines)[:MAX_DESCRIPTION]
+
+
+def gate_metrics(role: str, decision: PromotionDecision) -> dict[str, float]:
+    """The gate table as metrics of the promote run: value, bounds, n, threshold and 0/1 passed
+    per gate (``promotion/<role>/<gate>/…``), and ``promoted/<role>``."""
+    metrics: dict[str, float] = {promoted_key(role): float(decision.promoted)}
+    for r in decision.results:
+        figures: Mapping[str, float | None] = {
+            "": r.value,
+            "low": r.low,
+            "high": r.high,
+            "n": r.n,
+            "threshold": r.threshold,
+            "passed": float(r.passed),
+        }
+        metrics |= {gate_key(role, r.name, part): float(v) for part, v in figures.items() if v is not None}
+    return metrics
+
+
+def log_decision(role: str, decision: PromotionDecision) -> None:
+    """The gate table on the active run (the promote run) as metrics and as markdown and JSON
+    artifacts; a no-op without an active run."""
+    if not tracking.active():
+        return
+    import mlflow
+
+    tracking.log_metrics(gate_metrics(role, decision))
+    path = GATE_ARTIFACT.format(role=role)
+    heading = f"# {decision.name} version {decision.version}\n\n{decision_sentence(decision)}\n\n"
+    mlflow.log_text(heading + gate_table_markdown(decision) + "\n", f"{path}.md")
+    mlflow.log_dict(decision_record(decision), f"{path}.json")
+
+
+def decision_record(decision: PromotionDecision) -> dict[str, Any]:
+    """The decision and its gate table as JSON: what a script comparing promote runs reads."""
+    return {
+        "name": decision.name,
+        "version": decision.version,
+        "promoted": decision.promoted,
+        "decision": decision_sentence(decision),
+        "judges": list(decision.judges),
+        "gates": gate_rows(decision),
+    }
