@@ -211,7 +211,7 @@ def select_dtype(spec: ModelSpec) -> torch.dtype:
 def inference_dtype(spec: ModelSpec) -> torch.dtype | None:
     """The dtype a run's models generate in: the one ``model.dtype`` names (bf16 generates
     several times faster on a CPU with bf16 matrix units), or None to keep a model's own."""
-    return None if spec.dtype == "auto" else getattr(torch, spec.dtype)
+    return None if spec.dtype == "auto" else select_dtype(spec)
 
 
 def mixed_precision_flags(spec: ModelSpec) -> dict[str, bool]:

@@ -96,7 +96,9 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     """
     registered = parse_registered(ref)
     if registered is None:
-        real = real_model_folder(ref)
+        from alignflow.models.real_models import real_model_source
+
+        real = real_model_source(ref)  # a real model's name or a .gguf: its converted folder
         if real is not None:
             return ModelRef(ref, real)
         path = Path(ref).expanduser()
@@ -114,18 +116,6 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     if path is None:
         raise FileNotFoundError(f"{ref}: version {version.version} could not be loaded")
     return ModelRef(ref, str(path), name, str(version.version), logged_model_id(version))
-
-
-def real_model_folder(ref: str) -> str | None:
-    """A real model known by name (``smollm2-135m-instruct``) or a local ``.gguf`` file: the
-    converted folder in the cache (brought on first use, offline after), else None."""
-    from alignflow.models.real_models import REAL_MODELS, is_gguf_file
-
-    if ref not in REAL_MODELS and not is_gguf_file(ref):
-        return None
-    from alignflow.models.factory import resolve_model_source
-
-    return resolve_model_source(ref)
 
 
 def logged_model_id(version: Any) -> str | None:

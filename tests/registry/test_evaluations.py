@@ -14,12 +14,12 @@ def test_parse_registered_refs():
 
 
 def test_a_real_model_name_resolves_to_its_converted_folder(monkeypatch, tmp_path):
-    from alignflow.models import factory
+    from alignflow.models import real_models
     from alignflow.registry.evaluations import resolve_model
 
     converted = tmp_path / "smollm2"
     asked = []
-    monkeypatch.setattr(factory, "resolve_model_source", lambda name: asked.append(name) or str(converted))
+    monkeypatch.setattr(real_models, "materialise", lambda name: asked.append(name) or converted)
     ref = resolve_model("smollm2-135m-instruct", None, tmp_path / "work")
     assert ref.path == str(converted) and asked == ["smollm2-135m-instruct"], "no tracking URI needed"
     with pytest.raises(FileNotFoundError):
