@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import mlflow
 from prefect import flow
+from prefect import tags as prefect_tags
+from prefect.context import FlowRunContext, TagsContext
 from prefect.deployments import run_deployment
 
 from alignflow import progress
@@ -26,10 +29,21 @@ from alignflow.config import PipelineConfig, config_hash, load_config, with_rewa
 from alignflow.evaluation.label_check import LabelDisagreement
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
+from alignflow.registry.pipeline_record import run_name
 from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
 from flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
+from flows.run_log import (
+    config_tags,
+    data_tag,
+    label_flow_run,
+    log_decisions,
+    logs_to_the_run,
+    outcome_tags,
+    retrain_run_name,
+    stage_line,
+)
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
 from flows.unchanged import (
@@ -42,6 +56,8 @@ from flows.unchanged import (
 from tasks.data import pin_golden, version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
+
+logger = logging.getLogger(__name__)
 
 GOLDEN_SOURCE_TAG = "golden.source"
 STOP_REASON_TAG = "pipeline.reason"
@@ -79,6 +95,7 @@ def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[
         name=f"{stage_flow.name}/{config.orchestration.deployment_name}",
         parameters={"inputs": inputs.model_dump(mode="json")},
         timeout=config.orchestration.stage_timeout_s,
+        tags=sorted(TagsContext.get().current_tags),
     )
     if not flow_run.state or not flow_run.state.is_completed():
         state = flow_run.state.name if flow_run.state else "unknown"
@@ -139,6 +156,7 @@ class Stages:
     def run(self, stage: str, inputs: StageInputs | None = None, call=None) -> dict[str, Any]:
         """Run one stage and record it; a cache hit also shows as a child run of the parent."""
         started = time.perf_counter()
+        logger.info("%s: started", stage)
         with progress.stage(stage) as shown:  # what the CLI's live view follows
             result = call() if call else call_stage(self.config, stage, inputs)
             cached = shown.cached = bool(result.get("cached"))
@@ -155,6 +173,7 @@ class Stages:
                 run_id=result.get("run_id"),
             )
         )
+        logger.info("%s", stage_line(stage, cached, outcome.seconds, outcome.metrics))
         show_cache_hit(self.summary, outcome)
         return result
 
@@ -162,13 +181,17 @@ class Stages:
 def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
     uri = config.tracking.resolved_uri()
     sft = sft_dir = None
+    # which train rows SFT and the reward model read is an input of theirs (their own config
+    # sections do not hold `policy.reward_data`): it goes into their cache keys
+    rows = "|rows=disjoint-halves" if config.policy.reward_data == "disjoint" else ""
     if config.policy.run_sft:
-        sft = stages.run("sft", stages.inputs("sft", ""))
+        sft = stages.run("sft", stages.inputs("sft", rows))
         sft_dir = sft["model_dir"]
     # a reward model on the policy's backbone starts from the SFT model (as in InstructGPT):
     # it already reads the task, so the preference head learns from few pairs
-    reward_init = sft_dir if config.reward.backbone == "policy" else None
-    reward_inputs = stages.inputs("reward", f"init={reward_init or ''}", model_path=reward_init)
+    # (not with disjoint data: the SFT model has read the policy's half)
+    reward_init = sft_dir if config.reward.backbone == "policy" and not rows else None
+    reward_inputs = stages.inputs("reward", f"init={reward_init or ''}{rows}", model_path=reward_init)
     reward = stages.run("reward", reward_inputs)
 
     policy = stages.run(
@@ -303,6 +326,8 @@ def _run_pipeline(
     summary.data_version = data["version"]
     mlflow.set_tag(DATA_VERSION_TAG, data["version"])
     record_data_version(config, stages.parent, data["version"], data["data_dir"])
+    name = run_name(config.project, config.policy.algorithm, data["version"])
+    label_flow_run(name, [data_tag(data["version"])])  # as the MLflow parent run is named
     mlflow.log_artifact(data["report_path"], "data")
     mlflow.log_artifact(data["manifest_path"], "data")
     champion = None if force else current_champion(config)
@@ -312,13 +337,10 @@ def _run_pipeline(
         mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
     else:
         _train_and_promote(stages, config, summary, cfg_hash)
-        mlflow.set_tag(
-            OUTCOME_TAG,
-            "promoted" if summary.promotions.get("policy", {}).get("promoted") else "not_promoted",
-        )
+        mlflow.set_tag(OUTCOME_TAG, summary.outcome)
 
 
-@flow(name="retrain", log_prints=False)
+@flow(name="retrain", log_prints=False, flow_run_name=retrain_run_name)
 def retrain(
     config_path: str | None = None,
     overrides: list[str] | None = None,
@@ -335,8 +357,10 @@ def retrain(
     cfg_hash = config_hash(config)
     uri = config.tracking.resolved_uri()
     summary = RunSummary(project=config.project, config_hash=cfg_hash, tracking_uri=uri)
-    with parent_run(config, repo_dir) as parent:
-        summary.parent_run_id = parent.info.run_id
+    labels = config_tags(config.project, config.policy.algorithm)
+    label_flow_run(tags=labels)
+    with logs_to_the_run(), prefect_tags(*labels), parent_run(config, repo_dir) as parent:
+        summary.parent_run_id, summary.flow_run_id = parent.info.run_id, _flow_run_id()
         stages = Stages(config, summary, parent.info.run_id, repo_dir)
         _run_pipeline(stages, config, summary, repo_dir, cfg_hash, force)
         record_results(summary)
@@ -349,4 +373,11 @@ def retrain(
         )
         mlflow.log_dict(summary.to_dict(), "summary.json")
         publish_run_artifacts(summary)  # Prefect UI summary + gate table on the evaluate run
+        log_decisions(summary)
+        label_flow_run(tags=outcome_tags(summary))
     return summary.to_dict()
+
+
+def _flow_run_id() -> str | None:
+    context = FlowRunContext.get()
+    return str(context.flow_run.id) if context and context.flow_run else None

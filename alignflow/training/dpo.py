@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from trl import DPOConfig as TRLDPOConfig
 from trl import DPOTrainer, KTOConfig, KTOTrainer
 
+from alignflow.data.halves import rows_for
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
@@ -131,7 +132,8 @@ def run_dpo(
     """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
     stage = config.dpo
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    pairs = require_rows(load_pairs(data_dir, "train"), data_dir, "train", "pair/scored/ranked")
+    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
+    require_rows(pairs, data_dir, "train", "pair/scored/ranked")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     tokenizer = AutoTokenizer.from_pretrained(start)

@@ -22,6 +22,7 @@ from trl import GRPOConfig as TRLGRPOConfig
 from trl import GRPOTrainer
 
 from alignflow.data import demo
+from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
@@ -116,6 +117,10 @@ def _decode_prompt(prompt: str) -> Any:
     return json.loads(prompt) if prompt.startswith("[") else prompt
 
 
+def _original_prompt(row: dict[str, Any]) -> Any:
+    return _decode_prompt(row["raw_prompt"])
+
+
 def prompt_rows(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
     """Distinct prompts of a split (prompt rows first, then those of pairs/scored rows)."""
     try:
@@ -173,7 +178,8 @@ def run_grpo(
     """Optimise the policy on the snapshot's prompts; metrics: greedy eval reward before/after."""
     stage = config.grpo
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    rows = require_rows(prompt_rows(data_dir, "train"), data_dir, "train", "prompt")
+    rows = rows_for(prompt_rows(data_dir, "train"), config, "policy", _original_prompt)
+    require_rows(rows, data_dir, "train", "prompt")
     eval_rows = prompt_rows(data_dir, "eval")[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     tokenizer = AutoTokenizer.from_pretrained(start)

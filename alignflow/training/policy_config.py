@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from alignflow.training.registry import registered_policy
@@ -15,5 +17,11 @@ class PolicyConfig(BaseModel):
 
     algorithm: str = "dpo"
     run_sft: bool = Field(True, description="fine-tune on the preferred responses before policy optimisation")
+    reward_data: Literal["shared", "disjoint"] = Field(
+        "shared",
+        description="'disjoint': the reward model trains on one half of the train prompts (by a hash of "
+        "the prompt) and every policy stage on the other, so the run's reward model judges a policy "
+        "that never saw its pairs; 'shared': every stage trains on all of them",
+    )
 
     _registered = field_validator("algorithm")(registered_policy)

@@ -39,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from alignflow import progress
 from alignflow.data import demo
+from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
@@ -399,7 +400,8 @@ def run_ppo(
     reward = build_stage_reward(
         stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")), reward_scorer
     )
-    train_rows = require_rows(load_prompts(data_dir, "train", stage), data_dir, "train", "prompt")
+    train_rows = rows_for(load_prompts(data_dir, "train", stage), config, "policy")
+    require_rows(train_rows, data_dir, "train", "prompt")
     eval_rows = load_prompts(data_dir, "eval", stage)[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     dtype = torch.float32 if config.model.dtype == "auto" else select_dtype(config.model)

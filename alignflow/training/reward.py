@@ -28,6 +28,7 @@ from trl import RewardConfig as TRLRewardConfig
 from trl import RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
+from alignflow.data.halves import rows_for
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
@@ -356,7 +357,7 @@ def run_reward(
     require_length_fits(model, tokenizer, stage.max_length, "reward.max_length", f"backbone {path}")
     freeze_lower_layers(model, stage.freeze_layers)
 
-    train_pairs = load_pairs(data_dir, "train")
+    train_pairs = rows_for(load_pairs(data_dir, "train"), config, "reward")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     base_args = trainer_arguments(stage, output_dir, spec, seed, has_eval=False)
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": spec.model_dump()})]

@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
+from alignflow.data.halves import rows_for
 from alignflow.data.pairing import best_responses, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
@@ -69,7 +70,7 @@ def run_sft(
     """Train a policy on the preferred responses; returns eval loss before and after."""
     stage = config.sft
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    train_rows = sft_examples(data_dir, "train", stage.min_score)
+    train_rows = rows_for(sft_examples(data_dir, "train", stage.min_score), config, "policy")
     require_rows(train_rows, data_dir, "train", "pair/scored/ranked")
     eval_rows = sft_examples(data_dir, "eval", stage.min_score)[: stage.eval_max_rows or None]
 

@@ -131,3 +131,17 @@ def test_a_max_length_beyond_the_backbones_positions_is_refused_before_training(
     with pytest.raises(ValueError, match="reward.max_length 1024 exceeds the 512 positions"):
         run_reward(config, demo_snapshot, tmp_path)
     assert not (tmp_path / "model").exists()
+
+
+def test_disjoint_data_trains_the_reward_model_on_its_half_only(demo_config, demo_snapshot, tmp_path):
+    from alignflow.data.halves import prompt_half
+    from alignflow.data.pairing import load_pairs
+    from alignflow.training.reward import run_reward
+
+    quick = ("reward.max_steps=2", "reward.per_device_train_batch_size=4", "reward.save_steps=1000")
+    quick += ("reward.eval_max_rows=8", "reward.stats_max_rows=8")
+    config = demo_config(*quick, "policy.reward_data=disjoint")
+    result = run_reward(config, demo_snapshot, tmp_path)
+    every = load_pairs(demo_snapshot, "train")
+    expected = [p for p in every if prompt_half(p["prompt"]) == 0]
+    assert result.metrics["train/pairs_used"] == len(expected) < len(every)
