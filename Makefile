@@ -7,7 +7,8 @@ export DO_NOT_TRACK := 1
 # every package at the version the suite last passed with (`make lock` refreshes it)
 LOCK := requirements/lock.txt
 
-.PHONY: install reinstall demo test bench lint format lock lock-check pins pins-check
+.PHONY: install reinstall demo test bench lint format lock lock-check pins pins-check \
+	base-image image postgres-image stack-up stack-down
 
 install:
 	@# skipped while the interpreter, lock, pyproject.toml and package sources are those of the last install
@@ -64,3 +65,27 @@ pins:
 
 pins-check:
 	$(PYTHON) -m tools.demo_pins check
+
+# Images (mlflow/README.md, "The container stack"). `make image` builds alignflow:cpu; where no
+# registry can be pulled from it first builds the base from Debian packages (`make base-image`,
+# root + debootstrap). Settings: IMAGE, BASE_IMAGE, TORCH_WHEEL, PIP_BUILD_CA (tools/build_image.sh)
+IMAGE ?= alignflow:cpu
+DEBIAN_BASE ?= alignflow-base:bookworm
+POSTGRES_IMAGE ?= alignflow-postgres:15
+COMPOSE ?= docker-compose
+
+base-image:
+	BASE_TAG=$(DEBIAN_BASE) tools/build_base_image.sh
+
+image:
+	IMAGE=$(IMAGE) PYTHON=$(PYTHON) tools/build_image.sh
+
+# PostgreSQL from Debian's postgresql-15 on the Debian base (for the compose stack offline)
+postgres-image: base-image
+	DOCKER_BUILDKIT=0 docker build -t $(POSTGRES_IMAGE) --build-arg BASE_IMAGE=$(DEBIAN_BASE) mlflow/postgres
+
+stack-up:
+	POSTGRES_IMAGE=$(POSTGRES_IMAGE) ALIGNFLOW_IMAGE=$(IMAGE) $(COMPOSE) -f mlflow/compose.yaml up -d
+
+stack-down:
+	$(COMPOSE) -f mlflow/compose.yaml down
