@@ -14,6 +14,8 @@ from typing import Any
 
 from prefect import Task, flow
 
+from alignflow.registry.pipeline_record import SHORT_VERSION
+from flows.run_log import logs_to_the_run
 from tasks.evaluation import evaluate
 from tasks.stage_inputs import EvaluateInputs, StageInputs
 from tasks.training import train_policy, train_reward, train_sft
@@ -21,36 +23,46 @@ from tasks.training import train_policy, train_reward, train_sft
 STAGE_OPTIONS: dict[str, Any] = {"persist_result": True, "log_prints": False}
 
 
+def stage_run_name(stage: str) -> str:
+    """``<project>-<stage>-<short data version>``: a stage's flow run says what it trained on
+    (a ``flow_run_name`` template over the validated :class:`StageInputs`)."""
+    return f"{{inputs.config_json[project]}}-{stage}-{{inputs.data_version:.{SHORT_VERSION}}}"
+
+
 def run_cached(task_fn: Task, inputs: StageInputs, artefact: str) -> dict[str, Any]:
-    """Run ``task_fn``; report whether the cache answered, refreshing it if its files are missing."""
-    state = task_fn(inputs, return_state=True)
-    result = state.result()
-    cached = state.name == "Cached"
-    if cached and not Path(result[artefact]).exists():
-        state = task_fn.with_options(refresh_cache=True)(inputs, return_state=True)
-        result, cached = state.result(), False
+    """Run ``task_fn``; report whether the cache answered, refreshing it if its files are missing.
+
+    Our log lines go to the stage's run also where it runs as a deployment on a worker (in
+    the parent's process they already do)."""
+    with logs_to_the_run():
+        state = task_fn(inputs, return_state=True)
+        result = state.result()
+        cached = state.name == "Cached"
+        if cached and not Path(result[artefact]).exists():
+            state = task_fn.with_options(refresh_cache=True)(inputs, return_state=True)
+            result, cached = state.result(), False
     return {**result, "cached": cached}
 
 
-@flow(name="stage-sft", **STAGE_OPTIONS)
+@flow(name="stage-sft", flow_run_name=stage_run_name("sft"), **STAGE_OPTIONS)
 def sft_stage(inputs: StageInputs) -> dict[str, Any]:
     """Supervised fine-tuning."""
     return run_cached(train_sft, inputs, "model_dir")
 
 
-@flow(name="stage-reward", **STAGE_OPTIONS)
+@flow(name="stage-reward", flow_run_name=stage_run_name("reward"), **STAGE_OPTIONS)
 def reward_stage(inputs: StageInputs) -> dict[str, Any]:
     """Reward-model training."""
     return run_cached(train_reward, inputs, "model_dir")
 
 
-@flow(name="stage-policy", **STAGE_OPTIONS)
+@flow(name="stage-policy", flow_run_name=stage_run_name("policy"), **STAGE_OPTIONS)
 def policy_stage(inputs: StageInputs) -> dict[str, Any]:
     """Policy optimisation (DPO family, GRPO or PPO, from the config)."""
     return run_cached(train_policy, inputs, "model_dir")
 
 
-@flow(name="stage-evaluate", **STAGE_OPTIONS)
+@flow(name="stage-evaluate", flow_run_name=stage_run_name("evaluate"), **STAGE_OPTIONS)
 def evaluate_stage(inputs: EvaluateInputs) -> dict[str, Any]:
     """Evaluation of the reward model and the policy."""
     return run_cached(evaluate, inputs, "report")

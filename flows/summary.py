@@ -67,6 +67,7 @@ class RunSummary:
     data_version: str | None = None
     config_hash: str | None = None
     parent_run_id: str | None = None
+    flow_run_id: str | None = None  # the Prefect flow run (None when no flow ran)
     tracking_uri: str | None = None
     stages: list[StageOutcome] = field(default_factory=list)
     promotions: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -81,6 +82,15 @@ class RunSummary:
 
     def stage(self, name: str) -> StageOutcome | None:
         return next((s for s in self.stages if s.name == name), None)
+
+    @property
+    def outcome(self) -> str:
+        """What the run came to: stopped, nothing_to_do, promoted (the policy) or not_promoted."""
+        if self.stopped:
+            return "stopped"
+        if self.nothing_to_do:
+            return "nothing_to_do"
+        return "promoted" if self.promotions.get("policy", {}).get("promoted") else "not_promoted"
 
     @property
     def compute_seconds(self) -> float:

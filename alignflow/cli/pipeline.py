@@ -205,6 +205,9 @@ def register(app: typer.Typer) -> None:
                 soft_wrap=True,
             )
 
+        def report_run(line: str) -> None:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+
         with stopping_children():
-            serve_until_stopped(deployments, announce)
+            serve_until_stopped(deployments, announce, report_run)
             stop_descendants()  # Ctrl-C returns here: a flow run in progress may live on

@@ -18,12 +18,23 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from unittest import mock
+from uuid import UUID
 
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterEndTime,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
 from prefect.runner import Runner
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -31,6 +42,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from alignflow.cli.shutdown import Terminated
 
 _POPEN = subprocess.Popen
+REPORT_EVERY_S = 5.0  # how soon after a scheduled run ends its line is printed
 
 
 class _OwnGroupServer(SubprocessASGIServer):
@@ -84,18 +96,79 @@ def api_outliving_the_runner() -> Iterator[None]:
         server.stop()
 
 
+def outcome_line(flow_run: FlowRun, deployment: str) -> str:
+    """A finished flow run in one line: when, which, its state, and what came of it (its
+    ``outcome:`` and ``<role>:`` tags, set by the retrain flow) or the state's message."""
+    from flows.run_log import ROLE_FATES
+
+    tags = dict(t.split(":", 1) for t in flow_run.tags if ":" in t)
+    state = flow_run.state
+    said = [tags["outcome"]] if "outcome" in tags else []
+    fates = [f"{role} {fate}" for role, fate in sorted(tags.items()) if fate in ROLE_FATES]
+    if fates:
+        said.append(f"({', '.join(fates)})")
+    if not said and state is not None and state.message and not state.is_completed():
+        said.append(state.message.splitlines()[0][:200])
+    ended = flow_run.end_time.strftime("%Y-%m-%d %H:%M:%S") if flow_run.end_time else "-"
+    head = f"[{ended}] {deployment} run {flow_run.name!r}: {state.name if state else 'unknown'}"
+    return f"{head}: {' '.join(said)}" if said else head
+
+
+FINISHED = [StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED]
+
+
+async def report_finished(
+    client: Any, deployments: dict[UUID, str], since: datetime, seen: set[UUID], report: Callable[[str], None]
+) -> None:
+    """One line through ``report`` for each run of ``deployments`` that ended after ``since``
+    and is not in ``seen`` yet."""
+    runs = await client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            deployment_id=FlowRunFilterDeploymentId(any_=list(deployments)),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=FINISHED)),
+            end_time=FlowRunFilterEndTime(after_=since),
+        ),
+        sort=FlowRunSort.END_TIME_DESC,
+        limit=50,
+    )
+    for flow_run in reversed(runs):
+        if flow_run.id not in seen:
+            seen.add(flow_run.id)
+            report(outcome_line(flow_run, deployments.get(flow_run.deployment_id, "?")))
+
+
 class _StoppableRunner(Runner):
-    """A runner that SIGTERM stops the way Ctrl-C does: by cancelling the task serving it."""
+    """A runner that SIGTERM stops the way Ctrl-C does: by cancelling the task serving it;
+    it reports each finished run of its deployments (Prefect's runner says nothing at the
+    CLI's WARNING log level)."""
 
     terminated = False
     _serving: asyncio.Task | None = None
 
-    async def serve(self, deployments: Sequence[Any], announce) -> None:
+    async def serve(self, deployments: Sequence[Any], announce, report: Callable[[str], None]) -> None:
         self._serving = asyncio.current_task()
+        served = {}
         for deployment in deployments:
-            await self.aadd_deployment(deployment)
+            served[await self.aadd_deployment(deployment)] = f"{deployment.flow_name}/{deployment.name}"
         announce()
-        await self.start()
+        watcher = asyncio.create_task(self._watch(served, report))
+        try:
+            await self.start()
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, deployments: dict[UUID, str], report: Callable[[str], None]) -> None:
+        """Report finished runs every few seconds for as long as the runner serves."""
+        from prefect import get_client
+
+        since, seen = datetime.now(UTC), set()
+        async with get_client() as client:
+            while True:
+                await asyncio.sleep(REPORT_EVERY_S)
+                try:
+                    await report_finished(client, deployments, since, seen, report)
+                except Exception as error:  # a missed line must not stop the schedule
+                    self._logger.debug("could not read finished flow runs: %s", error)
 
     def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
         self.terminated = True
@@ -104,14 +177,15 @@ class _StoppableRunner(Runner):
             self._serving.get_loop().call_soon_threadsafe(lambda: None)  # wake a sleeping loop
 
 
-def serve_until_stopped(deployments: Sequence[Any], announce) -> None:
+def serve_until_stopped(deployments: Sequence[Any], announce, report: Callable[[str], None]) -> None:
     """Serve ``deployments`` until Ctrl-C (returns) or SIGTERM (raises ``Terminated``).
 
-    ``announce`` is called once every deployment is registered with the API.
+    ``announce`` is called once every deployment is registered with the API, ``report``
+    with one line for each run of them that finishes.
     """
     runner = _StoppableRunner(pause_on_shutdown=True)
     # Ctrl-C, or SIGTERM (below); the API is stopped only once the runner is done with it
     with api_outliving_the_runner(), suppress(KeyboardInterrupt, asyncio.CancelledError):
-        asyncio.run(runner.serve(deployments, announce))
+        asyncio.run(runner.serve(deployments, announce, report))
     if runner.terminated:
         raise Terminated(128 + signal.SIGTERM)

@@ -27,6 +27,7 @@ from alignflow.registry.runs import child_runs
 from flows.artifacts import GATES_TABLE, artifact_key
 from tasks.evaluation import COMPLETIONS_TABLE
 from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
+from tests.flows.prefect_reads import flow_runs_named, read_flow_run, run_logs
 
 pytestmark = pytest.mark.slow
 PROJECT = "watch-demo"
@@ -195,6 +196,33 @@ def test_prefect_holds_a_markdown_summary_and_a_stage_table_of_the_run(on_termin
     tables = [a for a in read_artifacts(artifact_key(PROJECT, "retrain-stages")) if a.type == "table"]
     rows = json.loads(tables[0].data) if isinstance(tables[0].data, str) else tables[0].data
     assert [r["stage"] for r in rows] == list(STAGES)
+
+
+def test_the_prefect_flow_run_is_named_and_tagged_and_logs_our_lines(on_terminal, piped, tracking_uri):
+    """The Prefect UI's flow-run page: named as the MLflow parent run, tagged with what ran
+    and what came of it, and our lines (each stage, the gates, the outcome) in its Logs tab."""
+    for summary, reward in ((on_terminal[1], "promoted"), (piped[2], "reused")):
+        run = read_flow_run(summary["flow_run_id"])
+        parent = MlflowClient(tracking_uri).get_run(summary["parent_run_id"])
+        short = summary["data_version"][:7]
+        assert run.name == parent.info.run_name == f"{PROJECT}-dpo-{short}"
+        assert {f"project:{PROJECT}", "algorithm:dpo", f"data:{short}", f"reward:{reward}"} <= set(run.tags)
+        decision = summary["promotions"]["policy"]
+        fate, outcome = ("promoted", "promoted") if decision["promoted"] else ("rejected", "not_promoted")
+        assert {f"policy:{fate}", f"outcome:{outcome}"} <= set(run.tags)
+        said = [message for name, _, message in run_logs(summary["flow_run_id"]) if name.startswith("flows.")]
+        for stage in summary["stages"]:
+            outcome = "cache hit" if stage["cached"] else "done"
+            assert f"{stage['name']}: started" in said, said
+            assert any(re.fullmatch(rf"{stage['name']}: {outcome} in [\d.]+s(, .*)?", s) for s in said), said
+        assert any(re.match(r"evaluate: done in .*pinned task_accuracy=", s) for s in said), said
+        verdict = "promoted to champion" if decision["promoted"] else "not promoted (failed: "
+        assert any(s.startswith(f"{PROJECT}-policy v{decision['version']}: {verdict}") for s in said), said
+        assert any(re.match(r"  gate (passed|failed) independent_judge", s) for s in said), said
+        assert said[-1].startswith(f"outcome: {PROJECT}-reward v1 "), said
+    stage_runs = flow_runs_named(*(f"{PROJECT}-{stage}-{short}" for stage in ("sft", "reward", "policy")))
+    assert len(stage_runs) == 6, "each stage's subflow run, in both runs, says what it trained on"
+    assert all({f"project:{PROJECT}", "algorithm:dpo"} <= set(r.tags) for r in stage_runs)
 
 
 def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped, tracking_uri):
