@@ -8,6 +8,7 @@ evaluated on a format it never trained on. Every stage therefore renders prompts
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,9 +20,32 @@ from alignflow.models.positions import prompt_token_budget
 Prompt = str | list[dict[str, str]]
 
 
+# an Anthropic HH-RLHF transcript: "\n\nHuman: ...\n\nAssistant: ...\n\nHuman: ...\n\nAssistant:"
+_HH_TURN = re.compile(r"\n\n(Human|Assistant):[ ]?")
+_HH_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def hh_transcript_turns(text: str) -> list[dict[str, str]] | None:
+    """The turns of an HH-RLHF transcript prompt (it ends on an open ``Assistant:`` turn), or
+    None for any other text. A chat model reads them through its template as the conversation
+    they are, not as one user message that happens to contain a dialogue."""
+    body = "\n\n" + text.lstrip("\n")
+    if not body.startswith("\n\nHuman:") or not body.rstrip(" ").endswith("\n\nAssistant:"):
+        return None
+    parts = _HH_TURN.split(body.rstrip(" "))
+    roles, contents = parts[1::2], parts[2::2]
+    turns = [{"role": _HH_ROLES[r], "content": c.strip()} for r, c in zip(roles, contents, strict=True)]
+    if turns[-1]["content"] or any(not t["content"] for t in turns[:-1]):
+        return None  # text after the last "Assistant:", or an empty turn: not a transcript prompt
+    return turns[:-1]
+
+
 def as_messages(prompt: Prompt) -> list[dict[str, str]]:
-    """A plain-text prompt becomes one user turn; a message list is kept as it is."""
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    """A plain-text prompt becomes one user turn (an HH-RLHF transcript, its turns); a message
+    list is kept as it is."""
+    if not isinstance(prompt, str):
+        return list(prompt)
+    return hh_transcript_turns(prompt) or [{"role": "user", "content": prompt}]
 
 
 def format_prompt(tokenizer: Any, prompt: Prompt) -> str:
