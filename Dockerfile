@@ -46,8 +46,7 @@ RUN apt-get update \
 
 # a virtual environment: the same on python:3.11-slim and on Debian's python3 (which refuses
 # system-wide pip installs, PEP 668)
-RUN python3 -m venv /opt/venv
-RUN useradd --create-home --uid 1000 alignflow
+RUN python3 -m venv /opt/venv && useradd --create-home --uid 1000 alignflow
 WORKDIR /app
 
 # pip with the build's secrets: a pip.conf and a CA bundle when given, nothing otherwise
