@@ -15,6 +15,7 @@ from tasks.stage_task import pipeline_config, run_in_stage
 
 COMPLETIONS_TABLE = "eval/completions.json"
 MODELS = ("policy", "reference", "champion")
+SLICE_INFO = ("policy_slices", "reward_slices")
 
 
 def _verdict(value: Any, against: str) -> str:
@@ -89,6 +90,12 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
         paths = log_report(report, out, report_plots(report, Path(out) / "plots"))
         if report.samples and mlflow.active_run() is not None:  # the UI's table/evaluation view
             mlflow.log_table(data=completions_table(report.samples), artifact_file=COMPLETIONS_TABLE)
-        return {"metrics": report.gate_metrics(), "report": str(paths["json"]), "output_dir": out}
+        slices = {k: v for k, v in report.info.items() if k in SLICE_INFO}  # the gates name them
+        return {
+            "metrics": report.gate_metrics(),
+            "slices": slices,
+            "report": str(paths["json"]),
+            "output_dir": out,
+        }
 
     return run_in_stage("evaluate", config, inputs.parent_run_id, call)

@@ -94,48 +94,93 @@ def promote_models(
     upstream: str = "",
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
+    slices: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Move ``champion`` for each role only when every configured gate passes.
 
-    The reward model is judged first: only a reward model that passed its own gates may
-    then judge the policy (beside the champion reward model and any plugged-in judge).
-    Each decision's gate table is logged to the promote run (metrics, markdown, JSON).
+    The reward model's own gates are read first: only a reward model that passed them may
+    then judge the policy (beside the champion reward model and any plugged-in judge), and
+    only judges that pass their audit against the verifiable answers count. With
+    ``promotion.release: together`` the reward model is then promoted only with its policy.
+    ``slices``: the evaluation's worst slices per role (``policy_slices``, ``reward_slices``),
+    named in the slice gate's verdict. Each decision's gate table is logged to the promote run.
     """
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
         from alignflow.registry.decision_card import log_decision
-        from alignflow.registry.promotion import promote, trusted_judges
+        from alignflow.registry.promotion import audit_judges, promote, slice_details
 
-        decisions = {}
-        reward_trusted = False
-        for role in sorted(versions, key=lambda r: r != "reward"):
-            info = versions[role]
-            if info.get("reused"):  # decided when it was registered: not judged again
-                decisions[role] = reused_decision(uri, info)
-                reward_trusted = reward_trusted or (role == "reward" and decisions[role]["promoted"])
-                continue
-            judges = trusted_judges(metrics, reward_trusted) if role == "policy" else ()
+        decisions: dict[str, Any] = {}
+        reward = versions.get("reward")
+        limit = config.promotion.max_slice_regression
+        details = {role: slice_details((slices or {}).get(f"{role}_slices"), limit) for role in versions}
+        if reward is not None and reward.get("reused"):  # decided when it was registered
+            decisions["reward"] = reused_decision(uri, reward)
+            reward_trusted = decisions["reward"]["promoted"]
+        else:
+            reward_trusted = reward is not None and passes_own_gates(uri, reward, metrics, config, details)
+        policy = versions.get("policy")
+        if policy is not None:
+            if policy.get("reused"):
+                decisions["policy"] = reused_decision(uri, policy)
+            else:
+                audits = audit_judges(metrics, reward_trusted, config.promotion)
+                judges = [j for j, audit in audits.items() if audit.counts]
+                decision = promote(
+                    uri, policy["name"], policy["version"], metrics, config.promotion, "policy", judges,
+                    tags, details=details["policy"], audits=audits,
+                )  # fmt: skip
+                log_decision("policy", decision)
+                decisions["policy"] = decision_entry(policy, decision)
+        if reward is not None and not reward.get("reused"):
+            with_policy = decisions["policy"]["promoted"] if policy is not None else None
             decision = promote(
-                uri, info["name"], info["version"], metrics, config.promotion, role, judges, tags
-            )
-            reward_trusted = reward_trusted or (role == "reward" and decision.promoted)
-            log_decision(role, decision)
-            decisions[role] = {
-                "name": info["name"],
-                "version": info["version"],
-                "promoted": decision.promoted,
-                "reason": decision.reason,
-                "failed": [r.name for r in decision.failed],
-                "judges": list(decision.judges),
-                "gates": [
-                    {"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results
-                ],
-            }
-        return {"decisions": decisions}
+                uri, reward["name"], reward["version"], metrics, config.promotion, "reward", (), tags,
+                details=details["reward"], policy_promoted=with_policy,
+            )  # fmt: skip
+            log_decision("reward", decision)
+            decisions["reward"] = decision_entry(reward, decision)
+        return {
+            "decisions": {role: decisions[role] for role in sorted(decisions, key=lambda r: r != "reward")}
+        }
 
     return run_in_stage("promote", config, parent_run_id, call)
+
+
+def passes_own_gates(
+    uri: str, info: dict[str, Any], metrics: dict[str, float], config: Any, details: dict[str, dict[str, str]]
+) -> bool:
+    """Whether the run's reward model passes its own gates (nothing written): then it may judge."""
+    from alignflow.registry.models import CHAMPION, version_by_alias
+    from alignflow.registry.promotion import decide
+
+    current = version_by_alias(uri, info["name"], CHAMPION)
+    champion = str(current.version) if current is not None else None
+    decision = decide(
+        info["name"],
+        info["version"],
+        metrics,
+        config.promotion,
+        "reward",
+        champion,
+        details=details["reward"],
+    )
+    return decision.promoted
+
+
+def decision_entry(info: dict[str, Any], decision: Any) -> dict[str, Any]:
+    """A decision as the run summary keeps it: outcome, reason, failed gates, judges, every gate."""
+    return {
+        "name": info["name"],
+        "version": info["version"],
+        "promoted": decision.promoted,
+        "reason": decision.reason,
+        "failed": [r.name for r in decision.failed],
+        "judges": list(decision.judges),
+        "gates": [{"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results],
+    }
 
 
 def reused_decision(uri: str, info: dict[str, Any]) -> dict[str, Any]:

@@ -27,9 +27,22 @@ from alignflow.evaluation.intervals import (
     wilson_of,
 )
 from alignflow.evaluation.judges import Judge, Scorer
-from alignflow.evaluation.metric_names import GOLDEN, golden_key, win_rate_key
+from alignflow.evaluation.metric_names import (
+    GOLDEN,
+    REWARD_SLICES_JUDGED,
+    SLICES_JUDGED,
+    WORST_SLICE_REWARD_ACCURACY,
+    WORST_SLICE_TASK_ACCURACY,
+    golden_key,
+    judge_agreement_key,
+    win_rate_key,
+)
 from alignflow.evaluation.metrics import completion_lengths, score_pairs
 from alignflow.evaluation.report import EvalReport
+from alignflow.evaluation.slices import SliceChange, group_items, slice_changes
+
+# slices kept in the report (worst first): enough to see the broken ones and the next few
+REPORTED_SLICES = 10
 
 
 def _answer_scores(
@@ -49,6 +62,48 @@ def _lengths(completions: Sequence[str], tokenizer: Any | None) -> list[float]:
     return [float(x) for x in completion_lengths(completions, tokenizer)]
 
 
+def _verifier_verdicts(ours: Sequence[float | None], theirs: Sequence[float | None]) -> list[float | None]:
+    """1.0/0.0 where the verifiable answers decide between the two sides, None where they cannot
+    (no answer, or both right or both wrong)."""
+    return [
+        None if a is None or b is None or a == b else float(a > b) for a, b in zip(ours, theirs, strict=True)
+    ]
+
+
+def agreement_outcomes(judge: Sequence[float | None], verifier: Sequence[float | None]) -> list[float]:
+    """Per item both decide on: 1.0 when the judge picks the verifier's side (a tie is not agreement)."""
+    return [float(j == v) for j, v in zip(judge, verifier, strict=True) if j is not None and v is not None]
+
+
+def _put_slices(
+    metrics: dict[str, float | None], key: str, count_key: str, changes: list[SliceChange]
+) -> list[dict[str, Any]]:
+    """The worst slice's change as a gate metric, how many slices were judged, and the report rows."""
+    metrics[count_key] = float(len(changes))
+    if changes:
+        put_estimate(metrics, key, changes[0].change)
+    return [c.as_dict() for c in changes[:REPORTED_SLICES]]
+
+
+def policy_slices(
+    prompts: Sequence[Any],
+    metadata: Sequence[Mapping[str, Any]],
+    policy: Sequence[str],
+    champion: Sequence[str],
+    ours: Sequence[float | None],
+    theirs: Sequence[float | None],
+    fields: Sequence[str],
+    min_items: int,
+) -> list[SliceChange]:
+    """The challenger policy's change against the champion on every slice of the pinned prompts."""
+
+    def example(i: int) -> dict[str, Any]:
+        answer = metadata[i].get("answer")
+        return {"prompt": as_text(prompts[i]), "answer": answer, "champion": champion[i], "policy": policy[i]}
+
+    return slice_changes(group_items(prompts, metadata, fields), ours, theirs, min_items, example)
+
+
 def judge_policy_completions(
     prompts: list[Any],
     answers: list[Any],
@@ -60,17 +115,33 @@ def judge_policy_completions(
     score: Callable[[str, Any], float] = task_accuracy,
     seed: int = 0,
     num_samples: int = 20,
+    metadata: Sequence[Mapping[str, Any]] | None = None,
+    slice_fields: Sequence[str] = (),
+    min_slice_items: int = 2,
 ) -> EvalReport:
-    """Every pinned-set policy figure with its interval, from completions alone."""
+    """Every pinned-set policy figure with its interval, from completions alone.
+
+    With a champion, also the challenger's change on each slice of the pinned prompts
+    (``metadata``: each prompt's row metadata, for declared slices; answers alone otherwise).
+    """
     metrics: dict[str, float | None] = {golden_key("answers"): float(sum(a is not None for a in answers))}
     ours, lengths = _answer_scores(policy, answers, score), _lengths(policy, tokenizer)
     put_estimate(metrics, golden_key("task_accuracy"), wilson_of(ours))
-    metadata = [{"answer": a} for a in answers]
+    metadata = [
+        {**(m or {}), "answer": a} for m, a in zip(metadata or [{}] * len(answers), answers, strict=True)
+    ]
+    info: dict[str, Any] = {"golden_prompts": len(prompts)}
     opponents = {"reference": reference, **({"champion": champion} if champion is not None else {})}
     verdicts: dict[str, list[float | None]] = {}
+    agreement: dict[str, list[float]] = {name: [] for name in judges or {}}
     for against, theirs in opponents.items():
         accuracy, gain, growth = _FIGURES_AGAINST[against]
         their_scores = _answer_scores(theirs, answers, score)
+        if against == "champion":
+            changes = policy_slices(
+                prompts, metadata, policy, theirs, ours, their_scores, slice_fields, min_slice_items
+            )
+            info["policy_slices"] = _put_slices(metrics, WORST_SLICE_TASK_ACCURACY, SLICES_JUDGED, changes)
         put_estimate(metrics, golden_key(accuracy), wilson_of(their_scores))
         put_estimate(metrics, golden_key(gain), paired_bootstrap_difference(ours, their_scores, seed=seed))
         put_estimate(
@@ -78,10 +149,15 @@ def judge_policy_completions(
             golden_key(growth),
             paired_bootstrap_ratio(lengths, _lengths(theirs, tokenizer), seed=seed),
         )
+        verifier = _verifier_verdicts(ours, their_scores)
         for name, judge in (judges or {}).items():
             verdicts[f"{name}_vs_{against}"] = judge.compare(prompts, policy, theirs, metadata)
             rate = bootstrap_mean(verdicts[f"{name}_vs_{against}"], seed=seed)
             put_estimate(metrics, win_rate_key(GOLDEN, name, against), rate)
+            agreement[name] += agreement_outcomes(verdicts[f"{name}_vs_{against}"], verifier)
+    for name, outcomes in agreement.items():  # the judges' audit: only where the answers decide
+        if outcomes:
+            put_estimate(metrics, judge_agreement_key(name), wilson_of(outcomes))
     samples = []
     for i, prompt in enumerate(prompts[:num_samples]):
         row = {"prompt": as_text(prompt)}
@@ -90,7 +166,7 @@ def judge_policy_completions(
         row |= {"answer": answers[i]} if answers[i] is not None else {}
         row |= {f"verdict/{k}": v[i] for k, v in verdicts.items()}
         samples.append(row)
-    return EvalReport(metrics=metrics, samples=samples, info={"golden_prompts": len(prompts)})
+    return EvalReport(metrics=metrics, samples=samples, info=info)
 
 
 def reward_pair_outcomes(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> list[float]:
@@ -99,11 +175,37 @@ def reward_pair_outcomes(scorer: Scorer, pairs: Sequence[Mapping[str, Any]]) -> 
     return [1.0 if c > r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
 
 
+def reward_slices(
+    pairs: Sequence[Mapping[str, Any]],
+    ours: Sequence[float],
+    theirs: Sequence[float],
+    fields: Sequence[str],
+    min_items: int,
+) -> list[SliceChange]:
+    """The challenger reward model's pair accuracy against the champion's on every slice."""
+    from alignflow.models.prompting import completion_text
+
+    def example(i: int) -> dict[str, Any]:
+        pair = pairs[i]
+        chosen, rejected = completion_text(pair["chosen"]), completion_text(pair["rejected"])
+        return {"prompt": as_text(pair["prompt"]), "chosen": chosen, "rejected": rejected}
+
+    groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
+    return slice_changes(groups, ours, theirs, min_items, example)
+
+
 def judge_reward_model(
-    pairs: Sequence[Mapping[str, Any]], scorer: Scorer, champion: Scorer | None = None, seed: int = 0
+    pairs: Sequence[Mapping[str, Any]],
+    scorer: Scorer,
+    champion: Scorer | None = None,
+    seed: int = 0,
+    slice_fields: Sequence[str] = (),
+    min_slice_items: int = 2,
 ) -> EvalReport:
-    """Pinned-pair accuracy of a new reward model, and its difference from the champion's."""
+    """Pinned-pair accuracy of a new reward model, and its difference from the champion's
+    overall and on every slice of the pinned pairs."""
     metrics: dict[str, float | None] = {}
+    info: dict[str, Any] = {"golden_pairs": len(pairs)}
     ours = reward_pair_outcomes(scorer, pairs)
     put_estimate(metrics, golden_key("reward_accuracy"), wilson_of(ours))
     if champion is not None:
@@ -114,15 +216,28 @@ def judge_reward_model(
             golden_key("reward_accuracy_vs_champion"),
             paired_bootstrap_difference(ours, theirs, seed=seed),
         )
-    return EvalReport(metrics=metrics, info={"golden_pairs": len(pairs)})
+        changes = reward_slices(pairs, ours, theirs, slice_fields, min_slice_items)
+        info["reward_slices"] = _put_slices(
+            metrics, WORST_SLICE_REWARD_ACCURACY, REWARD_SLICES_JUDGED, changes
+        )
+    return EvalReport(metrics=metrics, info=info)
 
 
 def golden_prompts(records: Sequence[Mapping[str, Any]], limit: int) -> tuple[list[Any], list[Any]]:
     """Distinct pinned prompts (up to ``limit``) and their reference answers (None where unknown)."""
+    prompts, answers, _ = golden_rows(records, limit)
+    return prompts, answers
+
+
+def golden_rows(
+    records: Sequence[Mapping[str, Any]], limit: int
+) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+    """Distinct pinned prompts, their answers and their rows' metadata (declared slices)."""
     from alignflow.evaluation.evaluate import held_out_prompts
 
     rows = held_out_prompts(records, limit)
-    return [r["prompt"] for r in rows], [(r["metadata"] or {}).get("answer") for r in rows]
+    metadata = [dict(r["metadata"] or {}) for r in rows]
+    return [r["prompt"] for r in rows], [m.get("answer") for m in metadata], metadata
 
 
 def judge_on_golden(
@@ -135,7 +250,7 @@ def judge_on_golden(
     config: EvaluationConfig,
 ) -> EvalReport:
     """Generate on the pinned prompts with each model, then :func:`judge_policy_completions`."""
-    prompts, answers = golden_prompts(records, config.max_prompts)
+    prompts, answers, metadata = golden_rows(records, config.max_prompts)
     if not prompts:
         raise ValueError("the pinned set has no prompts to judge the policy on")
     model, tokenizer = policy
@@ -149,4 +264,7 @@ def judge_on_golden(
         tokenizer,
         seed=config.seed,
         num_samples=config.num_samples,
+        metadata=metadata,
+        slice_fields=config.slice_fields,
+        min_slice_items=config.min_slice_items,
     )

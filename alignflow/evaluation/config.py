@@ -49,3 +49,11 @@ class EvaluationConfig(BaseModel):
     )
     golden_dir: str = Field("golden", description="where the frozen pinned set lives (DVC-tracked)")
     llm_judge: LLMJudgeConfig | None = Field(None, description="an LLM judge on the pinned set")
+    slice_fields: list[str] = Field(
+        default_factory=lambda: ["slice", "problem_id", "subset", "category"],
+        description="pinned rows' metadata fields that declare a slice (beside the derived problem "
+        "and phrasing slices); the promotion gates judge the challenger on every slice",
+    )
+    min_slice_items: int = Field(
+        2, ge=1, description="a slice with fewer judged items is not judged (one item is not a slice)"
+    )

@@ -300,7 +300,10 @@ def evaluate_on_golden(
     report = EvalReport()
     pairs = held_out_pairs(golden_records, config.max_pairs)
     if scorer is not None and pairs:
-        report = report.merge(judge_reward_model(pairs, _raw(scorer), champion_scorer, config.seed))
+        judged = judge_reward_model(
+            pairs, _raw(scorer), champion_scorer, config.seed, config.slice_fields, config.min_slice_items
+        )
+        report = report.merge(judged)
     if policy is not None:
         judges = independent_judges(config, scorer, champion_scorer)
 

@@ -11,6 +11,9 @@ its threshold.
 - :func:`paired_bootstrap_difference`: the mean difference of two systems on the same rows
   (challenger minus champion), resampling rows so that the pairing is kept.
 - :func:`paired_bootstrap_ratio`: the ratio of two means on the same rows (length growth).
+- :func:`paired_difference`: the difference of two 0/1 shares on the same rows (a slice of the
+  pinned set, challenger vs champion). Newcombe's hybrid score interval: sound for the handful
+  of rows a slice holds, where a bootstrap of 3 flipped rows would claim a certain -1.
 """
 
 from __future__ import annotations
@@ -177,3 +180,33 @@ def paired_bootstrap_ratio(
         return x.mean(axis=1) / np.maximum(y.mean(axis=1), 1.0)
 
     return _paired_bootstrap(a, b, ratio, confidence, resamples, seed)
+
+
+def _pairing_correlation(both: int, only_a: int, only_b: int, neither: int) -> float:
+    """The phi coefficient of a 2x2 paired table (0 when a margin is empty)."""
+    denominator = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    return 0.0 if denominator == 0 else (both * neither - only_a * only_b) / math.sqrt(denominator)
+
+
+def paired_difference(
+    a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
+) -> Estimate:
+    """share(a) - share(b) of 0/1 outcomes on the same rows, with Newcombe's (1998, method 10)
+    hybrid score interval: Wilson intervals of both shares, combined with their correlation.
+
+    Rows judged on one side only are left out; ``n`` is the rows judged on both.
+    """
+    x, y = _paired(a, b)
+    n = int(x.size)
+    if n == 0:
+        return empty("newcombe_paired")
+    x, y = x > 0.5, y > 0.5
+    counts = [int((x & y).sum()), int((x & ~y).sum()), int((~x & y).sum()), int((~x & ~y).sum())]
+    share_a, share_b = (counts[0] + counts[1]) / n, (counts[0] + counts[2]) / n
+    wa, wb = wilson(share_a * n, n, confidence), wilson(share_b * n, n, confidence)
+    phi = _pairing_correlation(*counts)
+    down_a, up_a, down_b, up_b = share_a - wa.low, wa.high - share_a, share_b - wb.low, wb.high - share_b
+    difference = share_a - share_b
+    low = difference - math.sqrt(max(0.0, down_a**2 - 2 * phi * down_a * up_b + up_b**2))
+    high = difference + math.sqrt(max(0.0, up_a**2 - 2 * phi * up_a * down_b + down_b**2))
+    return Estimate(difference, max(-1.0, low), min(1.0, high), n, "newcombe_paired")

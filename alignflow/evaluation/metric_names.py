@@ -34,6 +34,12 @@ def is_win_rate(key: str) -> bool:
     return key.rpartition("/")[2].startswith(WIN_RATE_PREFIX)
 
 
+def judge_agreement_key(judge: str) -> str:
+    """``golden/<judge>/verifier_agreement``: how often a model judge picks the side the
+    verifiable answers pick, on the pinned items where the answers decide."""
+    return f"{GOLDEN}/{judge}/verifier_agreement"
+
+
 def promoted_key(role: str) -> str:
     """``promoted/<role>``: 1 when the run's version of ``role`` holds ``champion`` after it, else 0."""
     return f"{PROMOTED}/{role}"
@@ -86,6 +92,11 @@ LENGTH_GROWTH_RATIO = golden_key("length_growth_ratio")
 LENGTH_GROWTH_VS_CHAMPION = golden_key("length_growth_vs_champion")
 REWARD_ACCURACY = golden_key("reward_accuracy")
 REWARD_ACCURACY_VS_CHAMPION = golden_key("reward_accuracy_vs_champion")
+# the worst slice of the pinned set (evaluation.slices): challenger minus champion on its items
+WORST_SLICE_TASK_ACCURACY = golden_key("worst_slice_task_accuracy_vs_champion")
+WORST_SLICE_REWARD_ACCURACY = golden_key("worst_slice_reward_accuracy_vs_champion")
+SLICES_JUDGED = golden_key("slices_judged")
+REWARD_SLICES_JUDGED = golden_key("reward_slices_judged")
 
 # ---- live feedback and the gates
 HUMAN_SCORE_GAIN = f"{HUMAN}/score_gain_vs_champion"  # live ratings: challenger mean - champion mean

@@ -4,12 +4,19 @@ Gates read the pinned-set evaluation (:mod:`alignflow.evaluation.challenger`): e
 rate, accuracy or difference is judged on the bound of its 95% interval, a gate with
 fewer judged rows than ``min_judged_rows`` fails as ``insufficient_evidence``, and a
 gate whose metric is missing fails (an unmeasured model is not promoted by accident).
-Preference judges count only when they are independent of the challenger's run: the
+A release is regression-free, not only better on average: the worst slice of the pinned
+set (:mod:`alignflow.evaluation.slices`) must not clearly fall below the champion's, on a
+small-sample interval, and the gate names the slice that broke.
+Preference judges count only when they are independent of the challenger's run (the
 champion reward model, a plugged-in LLM judge, and the run's own reward model only once
-it has passed its own gates. The outcome is written onto the model version as tags and as
-its description (:mod:`alignflow.registry.decision_card`), so the registry itself explains
-why a version was or was not promoted; the champion history lives in the
-``champion.previous`` tag chain that :func:`rollback` walks back. Times are ISO 8601 (UTC).
+it has passed its own gates) and when they are audited: where verifiable answers and the
+judge both decide, they must agree (:func:`audit_judges`). A judge that prefers what the
+verifier calls wrong is not trusted where the verifier is silent. With
+``promotion.release: together`` a run's reward model becomes champion only with its policy.
+The outcome is written onto the model version as tags and as its description
+(:mod:`alignflow.registry.decision_card`), so the registry itself explains why a version
+was or was not promoted; the champion history lives in the ``champion.previous`` tag chain
+that :func:`rollback` walks back. Times are ISO 8601 (UTC).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from mlflow import MlflowClient
 
@@ -35,9 +42,14 @@ from alignflow.evaluation.metric_names import (
     LENGTH_GROWTH_VS_CHAMPION,
     REWARD_ACCURACY,
     REWARD_ACCURACY_VS_CHAMPION,
+    REWARD_SLICES_JUDGED,
+    SLICES_JUDGED,
     TASK_ACCURACY_GAIN,
     TASK_ACCURACY_VS_CHAMPION,
+    WORST_SLICE_REWARD_ACCURACY,
+    WORST_SLICE_TASK_ACCURACY,
     is_win_rate,
+    judge_agreement_key,
     win_rate_key,
 )
 from alignflow.registry.decision_card import (
@@ -58,6 +70,7 @@ FAILED_GATES_TAG = "promotion.failed_gates"
 GATES_TAG = "promotion.gates"
 GATE_TAG_PREFIX = "promotion.gate."
 JUDGES_TAG = "promotion.judges"
+JUDGE_AUDIT_TAG = "promotion.judge_audit"
 REASON_TAG = "promotion.reason"
 PREVIOUS_CHAMPION_TAG = "champion.previous"
 PROMOTED_AT_TAG = "champion.promoted_at"
@@ -69,6 +82,8 @@ DECIDED_AT_TAG = "decision.decided_at"
 MAX_TAG_VALUE = 5000
 METRIC_TAG_PREFIX = "metric."
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
+SLICE_GATE = "slice_regression"
+RELEASE_GATE = "released_with_policy"
 
 Op = Literal[">=", "<=", ">"]
 Bound = Literal["low", "high", "value"]
@@ -83,6 +98,9 @@ class Gate:
     op: Op
     threshold: float
     bound: Bound = "value"  # which number decides: the interval's low or high end, or the value
+    # rows its interval needs (None: promotion.min_judged_rows); a slice's interval is sound
+    # for a handful of items, so the slice gate asks for fewer
+    min_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,7 @@ class GateResult:
     n: int | None
     passed: bool
     outcome: str  # passed, failed, missing or insufficient_evidence
+    detail: str = ""  # what the number is about: the slice it measured, the judges' audit
 
     @property
     def decisive(self) -> float | None:
@@ -115,6 +134,9 @@ class GateResult:
         return f"{BOUND_NAMES[self.bound]} {self.op} {self.threshold:g}"
 
     def describe(self) -> str:
+        return self._figures() + (f" ({self.detail})" if self.detail else "")
+
+    def _figures(self) -> str:
         if self.outcome == "missing":
             return f"{self.name}: missing (needs {self.op} {self.threshold:g})"
         shown = f"{self.value:.4g} {self.interval()}".strip() + (f" n={self.n}" if self.n is not None else "")
@@ -143,11 +165,56 @@ class PromotionDecision:
         return "; ".join(r.describe() for r in self.failed)
 
 
-def trusted_judges(metrics: Mapping[str, float], own_reward_trusted: bool) -> list[str]:
-    """Preference judges whose verdicts on the pinned set may decide a policy's promotion."""
-    present = {k.split("/")[1] for k in metrics if k.startswith(f"{GOLDEN}/") and is_win_rate(k)}
+@dataclass(frozen=True)
+class JudgeAudit:
+    """Whether a model judge may count, and on what evidence (its agreement with the verifier)."""
+
+    judge: str
+    counts: bool
+    reason: str
+
+
+def audit_judge(metrics: Mapping[str, float], judge: str, config: PromotionConfig) -> JudgeAudit:
+    """A judge counts when the lower bound of its agreement with the verifiable answers clears
+    ``min_judge_agreement``; where nothing could audit it, only if unaudited judges are allowed."""
+    if config.min_judge_agreement is None:
+        return JudgeAudit(judge, True, "not audited (promotion.min_judge_agreement is off)")
+    key = judge_agreement_key(judge)
+    value, low, n = (_number(metrics, key + suffix) for suffix in ("", "/low", "/n"))
+    if value is None or low is None or not n:
+        allowed = config.allow_unaudited_judges
+        why = "no pinned item where a verifiable answer and this judge both decide"
+        rule = "allowed by" if allowed else "not counted: see"
+        return JudgeAudit(judge, allowed, f"unaudited ({why}); {rule} promotion.allow_unaudited_judges")
+    needed = f"lower bound needs >= {config.min_judge_agreement:g}"
+    shown = f"{value:.3f} [{low:.3f}, {_number(metrics, key + '/high') or 0:.3f}] n={int(n)}"
+    if low >= config.min_judge_agreement:
+        return JudgeAudit(judge, True, f"agrees with the verifiable answers on {shown}, {needed}")
+    return JudgeAudit(
+        judge, False, f"not counted: agrees with the verifiable answers on only {shown}, {needed}"
+    )
+
+
+def _judges_present(metrics: Mapping[str, float]) -> set[str]:
+    return {k.split("/")[1] for k in metrics if k.startswith(f"{GOLDEN}/") and is_win_rate(k)}
+
+
+def audit_judges(
+    metrics: Mapping[str, float], own_reward_trusted: bool, config: PromotionConfig | None = None
+) -> dict[str, JudgeAudit]:
+    """The audit of every independent preference judge that judged on the pinned set."""
+    config = config or PromotionConfig()
     allowed = [*OUTSIDE_JUDGES, *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
-    return [j for j in allowed if j in present]
+    present = _judges_present(metrics)
+    return {j: audit_judge(metrics, j, config) for j in allowed if j in present}
+
+
+def trusted_judges(
+    metrics: Mapping[str, float], own_reward_trusted: bool, config: PromotionConfig | None = None
+) -> list[str]:
+    """Preference judges whose verdicts on the pinned set may decide a policy's promotion:
+    independent of the challenger's run, and passing their audit (:func:`audit_judge`)."""
+    return [j for j, audit in audit_judges(metrics, own_reward_trusted, config).items() if audit.counts]
 
 
 def _policy_gates(
@@ -204,6 +271,14 @@ def _policy_gates(
     return gates
 
 
+def _slice_gate(config: PromotionConfig, role: Role) -> Gate | None:
+    """The worst slice's change must not clearly fall below -``max_slice_regression``."""
+    if config.max_slice_regression is None:
+        return None
+    metric = WORST_SLICE_TASK_ACCURACY if role == "policy" else WORST_SLICE_REWARD_ACCURACY
+    return Gate(SLICE_GATE, metric, ">=", -config.max_slice_regression, "high", min_rows=1)
+
+
 def gates_for(
     config: PromotionConfig,
     role: Role,
@@ -211,6 +286,7 @@ def gates_for(
     judges: Sequence[str] = (),
     has_answers: bool = True,
     human: bool = False,
+    slices: bool = True,
 ) -> list[Gate]:
     """The gates that apply to a ``role`` model.
 
@@ -219,7 +295,8 @@ def gates_for(
     champion exists, not fall clearly below the champion's. Each trusted preference judge
     must find it not clearly worse than the champion (or, for the first champion, better
     than the reference). A reward model must rank the pinned pairs well and, once a
-    champion reward model exists, not clearly worse than it.
+    champion reward model exists, not clearly worse than it. Against a champion, both must
+    also pass the slice gate (``slices``: False when no slice was big enough to judge).
     """
     if human:  # the people who used both versions decide: the live A/B verdict alone
         if role != "policy":
@@ -243,9 +320,13 @@ def gates_for(
         candidates.append(("reward_ece", CALIBRATION_ERROR, "<=", config.max_reward_ece, "value"))
     else:
         raise ValueError(f"role must be 'policy' or 'reward', got {role!r}")
-    return [
+    gates = [
         Gate(name, metric, op, float(t), bound) for name, metric, op, t, bound in candidates if t is not None
     ]
+    judged_on_answers = role == "reward" or has_answers
+    if has_champion and slices and judged_on_answers and not human:
+        gates += [g for g in (_slice_gate(config, role),) if g is not None]
+    return gates
 
 
 def _passes(value: float | None, op: Op, threshold: float) -> bool:
@@ -280,10 +361,48 @@ def _judge_gate(gate: Gate, metrics: Mapping[str, float], min_rows: int) -> Gate
     )
     if value is None or result.decisive is None:
         return result
-    if gate.bound != "value" and (n is None or n < min_rows):
+    needed = gate.min_rows if gate.min_rows is not None else min_rows
+    if gate.bound != "value" and (n is None or n < needed):
         return replace(result, outcome=INSUFFICIENT_EVIDENCE)
     passed = _passes(result.decisive, gate.op, gate.threshold)
     return replace(result, passed=passed, outcome="passed" if passed else "failed")
+
+
+def _slices_judged(metrics: Mapping[str, float], role: Role) -> bool:
+    """False only when the evaluation judged slices and none was big enough (nothing to judge)."""
+    count = _number(metrics, SLICES_JUDGED if role == "policy" else REWARD_SLICES_JUDGED)
+    return count is None or count > 0
+
+
+def slice_details(slices: Sequence[Mapping[str, Any]] | None, limit: float | None) -> dict[str, str]:
+    """The slice gate's detail, from the evaluation's slice rows (worst first): the slices
+    that broke (the change's upper bound below ``-limit``) with a lost item each, else the worst."""
+    if not slices:
+        return {}
+    broken = [s for s in slices if limit is not None and s["change"]["high"] < -limit]
+    shown = [s["describe"] + _lost_example(s) for s in (broken or slices[:1])[:5]]
+    head = f"{len(broken)} broken slice(s): " if broken else "worst slice: "
+    return {SLICE_GATE: head + "; ".join(shown)}
+
+
+def _lost_example(change: Mapping[str, Any]) -> str:
+    """One item of a slice that the challenger lost, in words: the prompt and each side's answer."""
+    if not change.get("examples"):
+        return ""
+    item = change["examples"][0]
+    sides = ", ".join(f"{k} {str(v)[:60]!r}" for k, v in item.items() if k != "prompt")
+    return f", e.g. {str(item['prompt'])[:80]!r}: {sides}"
+
+
+def release_result(policy_promoted: bool) -> GateResult:
+    """``release: together``: the reward model goes with its run's policy, or not at all."""
+    value = 1.0 if policy_promoted else 0.0
+    outcome = "passed" if policy_promoted else "failed"
+    detail = "" if policy_promoted else "this run's policy was not promoted (promotion.release: together)"
+    return GateResult(
+        RELEASE_GATE, "promotion/policy_promoted", ">=", 1.0, "value", value, None, None, None,
+        policy_promoted, outcome, detail,
+    )  # fmt: skip
 
 
 def decide(
@@ -295,17 +414,25 @@ def decide(
     champion: str | None,
     judges: Sequence[str] = (),
     human: bool = False,
+    details: Mapping[str, str] | None = None,
+    policy_promoted: bool | None = None,
 ) -> PromotionDecision:
     """The decision alone (nothing is written): what ``promote`` and ``promote --dry-run`` show.
 
     ``human``: judge by live ratings alone (:data:`HUMAN_SCORE_GAIN`), as an A/B test does.
+    ``details``: a line per gate name saying what its number is about (the slice it measured).
+    ``policy_promoted`` (reward models, ``release: together``): whether the run's policy was.
     """
     has_champion = champion is not None and champion != str(version)
     has_answers = (_number(metrics, ANSWERS) or 0) > 0
     judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
-    results = check_gates(
-        judged, gates_for(config, role, has_champion, judges, has_answers, human), config.min_judged_rows
-    )
+    gates = gates_for(config, role, has_champion, judges, has_answers, human, _slices_judged(metrics, role))
+    results = [
+        replace(r, detail=(details or {}).get(r.name, r.detail))
+        for r in check_gates(judged, gates, config.min_judged_rows)
+    ]
+    if role == "reward" and policy_promoted is not None and config.release == "together":
+        results.append(release_result(policy_promoted))
     promoted = all(r.passed for r in results)
     return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges))
 
@@ -390,6 +517,14 @@ def promote_by_hand(tracking_uri: str, name: str, version: str) -> str | None:
     return result
 
 
+def audit_tag(audits: Mapping[str, JudgeAudit]) -> dict[str, str]:
+    """Each preference judge's audit, as one tag: how the judges that counted were validated."""
+    if not audits:
+        return {}
+    text = json.dumps({j: a.reason for j, a in audits.items()}, sort_keys=True)
+    return {JUDGE_AUDIT_TAG: text[:MAX_TAG_VALUE]}
+
+
 def decision_tags(decision: PromotionDecision) -> dict[str, str]:
     """What the registry keeps of a decision: every gate with its interval and n, the judges."""
     tags = {
@@ -411,6 +546,9 @@ def promote(
     judges: Sequence[str] = (),
     tags: Mapping[str, str] | None = None,
     human: bool = False,
+    details: Mapping[str, str] | None = None,
+    policy_promoted: bool | None = None,
+    audits: Mapping[str, JudgeAudit] | None = None,
 ) -> PromotionDecision:
     """Judge ``version`` by its metrics; move ``champion`` only if every gate passes.
 
@@ -423,15 +561,16 @@ def promote(
     version = str(version)
     current = version_by_alias(tracking_uri, name, CHAMPION)
     champion = str(current.version) if current is not None else None
-    decision = decide(name, version, metrics, config, role, champion, judges, human)
+    decision = decide(name, version, metrics, config, role, champion, judges, human, details, policy_promoted)
     record_metrics(tracking_uri, name, version, metrics)
-    _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision)})
+    _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision), **audit_tag(audits or {})})
     if decision.promoted:
         set_champion(tracking_uri, name, version, decision_sentence(decision))
     else:
         failed = {
             r.name: {"outcome": r.outcome, "value": r.value, "low": r.low, "high": r.high, "n": r.n,
-                     "bound": r.bound, "op": r.op, "threshold": r.threshold}
+                     "bound": r.bound, "op": r.op, "threshold": r.threshold,
+                     **({"detail": r.detail} if r.detail else {})}
             for r in decision.failed
         }  # fmt: skip
         _set_tags(

@@ -8,6 +8,8 @@ the point estimate; ``None`` switches a gate off.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -47,6 +49,30 @@ class PromotionConfig(BaseModel):
         description="vs the champion reward model on pinned pairs: lower bound of the gain >= -this",
     )
     max_reward_ece: float | None = Field(None, ge=0.0, le=1.0)
+    max_slice_regression: float | None = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="per slice of the pinned set (evaluation.slices), challenger's share right minus the "
+        "champion's on its items: fails when even the upper bound is below -this (policy and reward)",
+    )
+    min_judge_agreement: float | None = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="a model judge counts only where it agrees with the verifiable answers on the items "
+        "both decide (lower bound); None = count every independent judge unaudited",
+    )
+    allow_unaudited_judges: bool = Field(
+        False,
+        description="let a model judge count where no verifiable answer can audit it (open-ended data); "
+        "the decision then says the judge was validated by its pinned-pair accuracy alone",
+    )
+    release: Literal["together", "separately"] = Field(
+        "together",
+        description="together: a run's reward model becomes champion only with its policy (it judges the "
+        "next challengers and runs the label check); separately: on its own gates alone",
+    )
     min_human_score_gain: float | None = Field(
         0.0,
         description="A/B on live ratings (promote --human): challenger's mean minus champion's, "

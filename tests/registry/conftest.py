@@ -28,6 +28,7 @@ MATCHES_CHAMPION = FIRST_POLICY | pinned_metrics(
     task_accuracy_vs_champion=(0.01, -0.02, 0.04, 120),
     champion_reward__win_rate_vs_champion=(0.52, 0.45, 0.6, 120),
     length_growth_vs_champion=(1.0, 0.98, 1.02, 120),
+    worst_slice_task_accuracy_vs_champion=(-0.125, -0.47, 0.24, 8),  # one of eight items lost
 )
 
 

@@ -47,6 +47,14 @@ GOOD_CHALLENGER = FIRST_POLICY | golden(
     task_accuracy_vs_champion=estimate(0.05, 0.0, 0.1),
     champion_reward__win_rate_vs_champion=estimate(0.55, 0.47, 0.63),
     length_growth_vs_champion=estimate(1.0, 0.95, 1.05),
+    # its worst slice: one of six items lost, which is no evidence of a broken slice
+    worst_slice_task_accuracy_vs_champion=estimate(-1 / 6, -0.56, 0.21, n=6),
+)
+# the judges' audit: where the answers decide, the champion reward model agrees with them
+AUDITED = golden(
+    champion_reward__verifier_agreement=estimate(0.95, 0.9, 0.98),
+    reward__verifier_agreement=estimate(0.95, 0.9, 0.98),
+    llm__verifier_agreement=estimate(0.9, 0.84, 0.94),
 )
 
 
@@ -177,7 +185,17 @@ def test_a_challenger_is_also_judged_against_the_champion():
         "champion_reward_win_rate_vs_champion",
         "length_growth",
         "length_growth_vs_champion",
+        "slice_regression",
     ]
+    slices = result(gates, "slice_regression")
+    # the worst slice fails only when even its interval's top is below -0.1; a handful of items will do
+    assert (slices.metric, slices.op, slices.threshold, slices.bound, slices.min_rows) == (
+        "golden/worst_slice_task_accuracy_vs_champion",
+        ">=",
+        -0.1,
+        "high",
+        1,
+    )
     vs_champion = result(gates, "task_accuracy_vs_champion")
     assert (vs_champion.op, vs_champion.threshold, vs_champion.bound) == (">=", -0.05, "low")
     win = result(gates, "champion_reward_win_rate_vs_champion")
@@ -217,7 +235,8 @@ def test_reward_model_gates_read_the_lower_bound_and_compare_only_with_a_champio
         "low",
     )
     later = gates_for(CONFIG, "reward", has_champion=True)
-    assert names(later) == ["reward_accuracy", "reward_accuracy_vs_champion"]
+    assert names(later) == ["reward_accuracy", "reward_accuracy_vs_champion", "slice_regression"]
+    assert later[2].metric == "golden/worst_slice_reward_accuracy_vs_champion"
     assert (later[1].op, later[1].threshold, later[1].bound) == (">=", -0.05, "low")
 
 
@@ -247,13 +266,13 @@ def test_independent_judge_gate_fails_without_answers_or_trusted_judges():
 
 
 def test_the_challengers_own_reward_model_counts_only_once_trusted():
-    metrics = golden(reward__win_rate_vs_reference=estimate(0.9, 0.8, 0.95))
+    metrics = AUDITED | golden(reward__win_rate_vs_reference=estimate(0.9, 0.8, 0.95))
     assert trusted_judges(metrics, own_reward_trusted=False) == []
     assert trusted_judges(metrics, own_reward_trusted=True) == ["reward"]
 
 
-def test_outside_judges_count_whenever_they_judged():
-    metrics = golden(
+def test_outside_judges_count_whenever_they_judged_and_passed_their_audit():
+    metrics = AUDITED | golden(
         reward__win_rate_vs_champion=estimate(0.9, 0.8, 0.95),
         champion_reward__win_rate_vs_champion=estimate(0.5, 0.4, 0.6),
         llm__win_rate_vs_reference=estimate(0.6, 0.5, 0.7),
@@ -303,6 +322,7 @@ def test_decide_fails_a_trusted_judge_that_did_not_judge_against_the_champion():
         "task_accuracy_vs_champion": "missing",
         "champion_reward_win_rate_vs_champion": "missing",
         "length_growth_vs_champion": "missing",
+        "slice_regression": "missing",
     }
 
 
@@ -318,10 +338,14 @@ def test_decide_on_a_reward_model():
     # the first reward model's accuracy gate is all there is; with a champion it must not regress
     assert names(decide("rm", "1", first, CONFIG, "reward", None).results) == ["reward_accuracy"]
     no_comparison = decide("rm", "2", first, CONFIG, "reward", "1")
-    assert {r.name: r.outcome for r in no_comparison.failed} == {"reward_accuracy_vs_champion": "missing"}
+    assert {r.name: r.outcome for r in no_comparison.failed} == {
+        "reward_accuracy_vs_champion": "missing",
+        "slice_regression": "missing",
+    }
     worse = judge_reward_model(pairs, prefers_nothing, champion=prefers_format).gate_metrics()
     rejected = decide("rm", "2", worse, CONFIG, "reward", "1")
-    assert names(rejected.failed) == ["reward_accuracy", "reward_accuracy_vs_champion"]
+    # all 40 pairs are asked in one phrasing: that slice broke too
+    assert names(rejected.failed) == ["reward_accuracy", "reward_accuracy_vs_champion", "slice_regression"]
     better = judge_reward_model(pairs, prefers_format, champion=prefers_nothing).gate_metrics()
     assert decide("rm", "2", better, CONFIG, "reward", "1").promoted
 
@@ -352,7 +376,7 @@ def judged_metrics(pinned, challenger: list[str]) -> dict[str, float]:
 
 def decide_on(metrics):
     judges = trusted_judges(metrics, own_reward_trusted=False)
-    assert judges == ["champion_reward"]  # the answer judge is no preference judge that counts
+    assert set(judges) <= {"champion_reward"}  # the answer judge is no preference judge that counts
     return decide("p", "2", metrics, CONFIG, "policy", champion="1", judges=judges)
 
 
@@ -368,6 +392,7 @@ def test_completions_of_a_good_challenger_pass_every_gate(pinned):
     decision = decide_on(metrics)
     assert decision.promoted, decision.reason
     assert decision.judges == ("champion_reward",)
+    assert metrics["golden/champion_reward/verifier_agreement"] == 1.0  # it picks what the answers pick
 
 
 def test_completions_padded_with_filler_fail_the_length_gate_against_the_champion(pinned):
@@ -387,6 +412,10 @@ def test_completions_with_wrong_answers_fail_task_accuracy_against_the_champion(
     _, answers = pinned
     metrics = judged_metrics(pinned, [format_answer(n + 1) for n in answers])
     assert metrics["golden/answer/win_rate_vs_champion"] == 0.0
+    # the formatted-answer reward model calls every wrong answer a tie with the right one: where the
+    # answers decide it never agrees with them, so it does not count
+    assert metrics["golden/champion_reward/verifier_agreement/high"] < CONFIG.min_judge_agreement
+    assert trusted_judges(metrics, own_reward_trusted=False) == []
     decision = decide_on(metrics)
     assert not decision.promoted
     failed = result(decision.results, "task_accuracy_vs_champion")
