@@ -11,3 +11,16 @@ from __future__ import annotations
 
 class InputError(ValueError):
     """A run stopped by what it was given (data, config, model), with a message naming it."""
+
+
+class DataCheckStop(RuntimeError):
+    """A check on new data stopped the run before training; ``reason`` is its stable code and
+    ``report_path`` the JSON report that names the rows (the flow records both on the run)."""
+
+    reason = "data_check"
+    report_words = "report:"  # how the message points at the report
+
+    def __init__(self, message: str, report_path: str | None = None):
+        where = f" ({self.report_words} {report_path})" if report_path else ""
+        super().__init__(f"{self.reason}: {message}{where}")
+        self.report_path = report_path

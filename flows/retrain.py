@@ -26,7 +26,7 @@ from prefect.deployments import run_deployment
 
 from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
-from alignflow.evaluation.label_check import LabelDisagreement
+from alignflow.errors import DataCheckStop
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.pipeline_record import run_name
@@ -257,6 +257,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
             upstream=json.dumps(versions, sort_keys=True),
             parent_run_id=stages.parent,
             tags=golden_tags(golden),
+            slices=evaluation.get("slices"),
         ),
     )
     summary.promotions = promoted["decisions"]
@@ -294,7 +295,7 @@ def label_judge(config: PipelineConfig, out_root: Path) -> dict[str, Any] | None
     return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}
 
 
-def stop_run(summary: RunSummary, error: LabelDisagreement) -> None:
+def stop_run(summary: RunSummary, error: DataCheckStop) -> None:
     """Record a run stopped by a data check: reason and report on the parent run, nothing registered."""
     summary.stopped = {"reason": error.reason, "message": str(error), "report": error.report_path}
     mlflow.set_tags({OUTCOME_TAG: "stopped", STOP_REASON_TAG: error.reason})
@@ -317,7 +318,7 @@ def _run_pipeline(
         data = stages.run(
             "data", call=lambda: version_data(stages.config_json, source, repo_dir, stages.parent, judge)
         )
-    except LabelDisagreement as error:
+    except DataCheckStop as error:  # poisoned labels, pinned prompts in training
         stop_run(summary, error)
         return
     stages.data = data

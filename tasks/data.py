@@ -12,6 +12,18 @@ from tasks.retry import retry_transient
 from tasks.stage_task import pipeline_config, run_in_stage
 
 LABEL_REPORT = Path(".alignflow") / "reports" / "label-check.json"
+CONTAMINATION_REPORT = Path(".alignflow") / "reports" / "pinned-set-check.json"
+
+
+def pinned_guard(config: Any, repo_dir: str) -> Any:
+    """The check that no training row repeats a pinned prompt, once a pinned set exists."""
+    from alignflow.evaluation.contamination import contamination_guard
+    from alignflow.evaluation.golden import existing_pinned_records
+
+    pinned = existing_pinned_records(config.evaluation, repo_dir)
+    if not pinned:
+        return None
+    return contamination_guard(pinned, Path(repo_dir).resolve() / CONTAMINATION_REPORT)
 
 
 @task(name="version-data", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_transient)
@@ -26,8 +38,10 @@ def version_data(
 
     ``label_judge`` (the champion reward model's ``model_dir`` and pinned ``accuracy``)
     turns on the poisoned-data check: labels it contradicts stop the run before anything
-    is versioned. Not cached by Prefect: ``add_dataset`` itself recognises an input it has
-    already turned into the tracked snapshot and returns that version with ``cached`` set.
+    is versioned. Once a pinned set exists, a training row that repeats a pinned prompt
+    stops the run too (``pinned_prompt_in_training``). Not cached by Prefect: ``add_dataset``
+    itself recognises an input it has already turned into the tracked snapshot and returns
+    that version with ``cached`` set (both checks still run on it).
     """
     config = pipeline_config(config_json)
 
@@ -45,7 +59,13 @@ def version_data(
                 config.data.label_check_pairs,
                 config.seed,
             )
-        result = add_dataset(source, config.data, repo_dir=repo_dir, check_labels=guard)
+        result = add_dataset(
+            source,
+            config.data,
+            repo_dir=repo_dir,
+            check_labels=guard,
+            check_training=pinned_guard(config, repo_dir),
+        )
         return {
             "version": result.version,
             "data_dir": str(Path(result.data_dir).resolve()),

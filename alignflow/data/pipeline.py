@@ -4,7 +4,9 @@ This is the entry point the pipeline wraps as a task. It returns a small
 :class:`DatasetVersion` (version md5, paths, counts), never the rows. Adding the same
 inputs under the same data config again reuses the tracked snapshot instead of
 re-validating it (the way DVC skips an unchanged stage), as long as the snapshot on disk
-is the one that was tracked.
+is the one that was tracked. The checks that depend on more than the input (the labels
+against the champion reward model, the training rows against the pinned set) run on a
+reused snapshot too: a version made by ``data add`` is checked when ``run`` trains on it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from alignflow.code_version import source_digest
 from alignflow.data import versioning
 from alignflow.data.config import DataConfig
 from alignflow.data.report import write_report
-from alignflow.data.snapshot import MANIFEST, read_manifest, write_manifest, write_quarantine, write_split
+from alignflow.data.snapshot import (
+    MANIFEST,
+    load_split,
+    read_manifest,
+    split_path,
+    write_manifest,
+    write_quarantine,
+    write_split,
+)
 from alignflow.data.split import split_records
 from alignflow.data.validation import (
     Validated,
@@ -130,6 +140,32 @@ def write_snapshot(
     return manifest
 
 
+# a training row for ``check_training``: the file and row it came from, and its record
+TrainingRow = tuple[str, int | None, dict[str, Any]]
+
+
+def training_rows(validated: Validated, config: DataConfig) -> list[TrainingRow]:
+    """The kept rows the split will put in train, with the file and row each came from."""
+    kept = validated.kept
+    keys = [{"prompt": entry.record["prompt"], "index": i} for i, entry in enumerate(kept)]
+    splits = split_records(keys, config.eval_fraction, config.split_seed, [e.split for e in kept])
+    return [(kept[k["index"]].file, kept[k["index"]].row, kept[k["index"]].record) for k in splits["train"]]
+
+
+def _check_reused(
+    version: DatasetVersion,
+    check_labels: Callable[[list[dict[str, Any]]], None] | None,
+    check_training: Callable[[list[TrainingRow]], None] | None,
+) -> None:
+    """The same checks on a reused snapshot as on a new one: reuse must not skip them."""
+    train = load_split(version.data_dir, "train")
+    if check_training is not None:
+        where = str(split_path(version.data_dir, "train"))
+        check_training([(where, i, record) for i, record in enumerate(train)])
+    if check_labels is not None:
+        check_labels(train + load_split(version.data_dir, "eval"))
+
+
 def add_dataset(
     paths: str | Path | list[str | Path],
     config: DataConfig | None = None,
@@ -138,18 +174,22 @@ def add_dataset(
     push: bool = True,
     reuse: bool = True,
     check_labels: Callable[[list[dict[str, Any]]], None] | None = None,
+    check_training: Callable[[list[TrainingRow]], None] | None = None,
 ) -> DatasetVersion:
     """Validate the input and, when it passes, write, track and push a new data version.
 
     With ``reuse`` (the default) an input already turned into the tracked snapshot is not
     validated again: the existing version comes back with ``reused=True``.
-    ``check_labels`` sees the validated records before anything is written and may raise
-    to stop (the poisoned-data check: :mod:`alignflow.evaluation.label_check`).
+    ``check_labels`` sees the validated records, ``check_training`` the rows bound for the
+    train split, before anything is written (and a reused snapshot's rows as well); either
+    may raise to stop (the poisoned-data check, :mod:`alignflow.evaluation.label_check`;
+    the pinned-set check, :mod:`alignflow.evaluation.contamination`).
     """
     config = config or DataConfig()
     repo_dir = Path(repo_dir).resolve()
     fingerprint = input_fingerprint(paths, config, fmt)
     if reuse and (current := _tracked_version(fingerprint, config, repo_dir)) is not None:
+        _check_reused(current, check_labels, check_training)
         return current
     validated = validate_paths(paths, config, fmt)
     if not validated.passed:
@@ -157,6 +197,8 @@ def add_dataset(
             validated.report, repo_dir / ".alignflow" / "reports" / "failed-report.json"
         )
         raise DataValidationFailed(summarize(validated, report_path))
+    if check_training is not None:
+        check_training(training_rows(validated, config))
     if check_labels is not None:
         check_labels([entry.record for entry in validated.kept])
     versioning.ensure_repo(repo_dir, config.remote)

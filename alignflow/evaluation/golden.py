@@ -75,6 +75,18 @@ def _validated_file_records(path: Path) -> list[dict[str, Any]]:
     return [entry.record for entry in validated.kept]
 
 
+def existing_pinned_records(config: EvaluationConfig, repo_dir: str | Path) -> list[dict[str, Any]] | None:
+    """The pinned rows a run will be judged on, when they exist before its data is versioned
+    (a configured file, or ``golden/`` as checked out); None before the first freeze."""
+    repo_dir = Path(repo_dir).resolve()
+    if config.golden:
+        path = Path(config.golden)
+        path = path if path.is_absolute() else repo_dir / path
+        return _validated_file_records(path) if path.exists() else None
+    folder = repo_dir / config.golden_dir
+    return load_split(folder, GOLDEN_SPLIT) if (folder / f"{GOLDEN_SPLIT}.parquet").exists() else None
+
+
 def _counts(records: list[dict[str, Any]]) -> dict[str, int]:
     """Distinct prompts, distinct prompts with a reference answer, and labelled pairs."""
     from alignflow.evaluation.metrics import preference_pairs

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from alignflow.data.checks import as_text
+from alignflow.errors import DataCheckStop
 from alignflow.evaluation.intervals import Estimate, wilson
 
 LABEL_DISAGREEMENT = "label_disagreement"
@@ -62,16 +63,15 @@ class LabelCheck:
         }
 
 
-class LabelDisagreement(RuntimeError):
+class LabelDisagreement(DataCheckStop):
     """The new data's labels contradict the champion reward model: the run must stop."""
 
     reason = LABEL_DISAGREEMENT
+    report_words = "examples in"
 
     def __init__(self, check: LabelCheck, report_path: str | None = None):
-        where = f" (examples in {report_path})" if report_path else ""
-        super().__init__(f"{LABEL_DISAGREEMENT}: {check.describe()}{where}")
+        super().__init__(check.describe(), report_path)
         self.check = check
-        self.report_path = report_path
 
 
 def check_label_agreement(
