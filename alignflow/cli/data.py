@@ -134,6 +134,44 @@ def validate(
     raise typer.Exit(exit_code(validated.report))
 
 
+def _registry_exists(uri: str) -> bool:
+    """Whether a tracking store is there to ask (a local sqlite file that exists, or a server);
+    ``data add`` must not create an empty ``mlflow.db`` just to find no champion in it."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).exists()
+    return uri.startswith(("http://", "https://", "postgresql", "mysql"))
+
+
+def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
+    """The checks ``alignflow run`` makes on new data, made by ``data add`` too, so no version is
+    made unchecked: training rows against the pinned set, labels against the champion reward model."""
+    from alignflow.config import load_config
+    from alignflow.evaluation.label_check import label_guard
+
+    full = load_config(config_path, overrides)
+    from tasks.data import LABEL_REPORT, pinned_guard
+
+    training = pinned_guard(full, str(repo))
+    if full.data.label_check_max_gap is None or not _registry_exists(full.tracking.resolved_uri()):
+        return None, training
+    from flows.retrain import label_judge
+
+    out_root = (repo / full.output_dir).resolve() / full.project
+    judge = label_judge(full, out_root)
+    if judge is None:
+        return None, training
+    report = repo.resolve() / LABEL_REPORT
+    labels = label_guard(
+        judge["model_dir"],
+        judge["accuracy"],
+        full.data.label_check_max_gap,
+        report,
+        full.data.label_check_pairs,
+        full.seed,
+    )
+    return labels, training
+
+
 @app.command()
 def add(
     path: list[Path] = typer.Argument(..., help="files or directories to version"),
@@ -146,13 +184,20 @@ def add(
     """Validate -> normalise -> split -> write data/ -> dvc add -> push; prints the data version."""
     from alignflow.data.pipeline import DataValidationFailed, add_dataset
     from alignflow.data.readers import FormatError
+    from alignflow.errors import DataCheckStop
 
     config = _config(config_path, overrides)
+    labels, training = _data_checks(config_path, overrides, repo)
     try:
-        version = add_dataset(list(path), config, repo, fmt, push=not no_push)
+        version = add_dataset(
+            list(path), config, repo, fmt, push=not no_push, check_labels=labels, check_training=training
+        )
     except FormatError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
+    except DataCheckStop as exc:
+        err.print(f"[red]not versioned[/red]: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INVALID) from None
     except DataValidationFailed as exc:
         failed = _read_report(exc.result.report_path)
         if failed is None:

@@ -148,3 +148,24 @@ def test_a_half_flipped_file_added_then_reused_still_stops_on_its_labels(tmp_pat
         json.loads((tmp_path / "label-check.json").read_text())["agreement"]["n"]
         == added.counts["train"] + added.counts["eval"]
     )
+
+
+def test_data_add_refuses_a_version_that_would_train_on_the_pinned_set(pinned_repo, tmp_path):
+    from typer.testing import CliRunner
+
+    from alignflow.cli import app
+
+    source, repo, first = pinned_repo
+    sets = [
+        "--set",
+        "data.eval_fraction=0.2",
+        "--set",
+        f"tracking.uri=sqlite:///{tmp_path / 'no-registry.db'}",
+    ]
+    args = ["data", "add", str(source), "--repo", str(repo), "--no-push", *sets]
+    refused = CliRunner().invoke(app, [*args, "--set", "data.split_seed=1"])
+    assert refused.exit_code == 1, refused.output
+    assert PINNED_PROMPT_IN_TRAINING in refused.output and "demo.jsonl:" in refused.output
+    assert current_version(repo, "data") == first.version
+    assert not (tmp_path / "no-registry.db").exists(), "no tracking store is created to find no champion"
+    assert CliRunner().invoke(app, args).exit_code == 0  # the split that froze the pinned set is fine
