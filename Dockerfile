@@ -64,16 +64,19 @@ RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
     fi
 
 # Layer 2: dependencies only, at the versions in the lock, so code edits do not reinstall them
-COPY pyproject.toml README.md ./
+# (an empty README.md stands in for the real one, which pyproject.toml names: a README edit
+# must not reinstall every dependency)
+COPY pyproject.toml ./
 COPY requirements/lock.txt requirements/lock.txt
 RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
     --mount=type=secret,id=pip.conf --mount=type=secret,id=ca.crt \
     mkdir -p alignflow tasks flows \
-    && touch alignflow/__init__.py tasks/__init__.py flows/__init__.py \
+    && touch README.md alignflow/__init__.py tasks/__init__.py flows/__init__.py \
     && pip-build install --find-links /wheels -c requirements/lock.txt . \
     && pip uninstall -y alignflow
 
 # Layer 3: the code
+COPY README.md ./
 COPY alignflow ./alignflow
 COPY tasks ./tasks
 COPY flows ./flows
