@@ -316,6 +316,22 @@ def evaluate_on_golden(
     return report
 
 
+def refuse_trained_on(snapshot_dir: str | Path, golden_records: Sequence[Mapping[str, Any]]) -> None:
+    """No score on pinned rows the models trained on: raises when the snapshot's train split
+    repeats a pinned prompt (the data stage stops such a version; this guards every other way in)."""
+    from alignflow.data.snapshot import load_split, split_path
+    from alignflow.evaluation.contamination import PinnedSetContamination, find_clashes, normalised_prompt
+
+    where = split_path(snapshot_dir, "train")
+    if not where.exists():  # an evaluation-only snapshot: nothing was trained from it
+        return
+    train = [(str(where), i, record) for i, record in enumerate(load_split(snapshot_dir, "train"))]
+    clashes = find_clashes(train, golden_records)
+    if clashes:
+        pinned = len({normalised_prompt(r["prompt"]) for r in golden_records if r.get("prompt") is not None})
+        raise PinnedSetContamination(clashes, pinned)
+
+
 def evaluate_paths(
     snapshot_dir: str | Path,
     policy_dir: str | Path | None,
@@ -353,6 +369,7 @@ def evaluate_paths(
         report = report.merge(evaluate_policy(*policy, reference, records, scorer, champion, config))
     if golden_path is not None:
         golden_records = load_golden_records(golden_path)
+        refuse_trained_on(snapshot_dir, golden_records)
         report.samples = []  # the pinned set's samples carry the judges' verdicts: show those
         report = report.merge(
             evaluate_on_golden(golden_records, policy, reference, scorer, champion, champion_scorer, config)

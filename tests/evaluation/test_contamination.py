@@ -169,3 +169,22 @@ def test_data_add_refuses_a_version_that_would_train_on_the_pinned_set(pinned_re
     assert current_version(repo, "data") == first.version
     assert not (tmp_path / "no-registry.db").exists(), "no tracking store is created to find no champion"
     assert CliRunner().invoke(app, args).exit_code == 0  # the split that froze the pinned set is fine
+
+
+def test_evaluation_refuses_to_score_on_pinned_rows_the_snapshot_trained_on(tmp_path):
+    from alignflow.data.snapshot import write_split
+    from alignflow.evaluation.evaluate import refuse_trained_on
+
+    pinned = [{"prompt": make_prompt(7, 8), "metadata": {"answer": 15}}]
+    snapshot = tmp_path / "data"
+    honest = {
+        "kind": "pair",
+        "prompt": make_prompt(7, 8, 1),
+        "chosen": "The answer is 15.",
+        "rejected": "I think 3",
+    }
+    write_split(snapshot, "train", [honest])
+    refuse_trained_on(snapshot, pinned)  # another phrasing is no clash
+    write_split(snapshot, "train", [honest, {**honest, "prompt": make_prompt(7, 8)}])
+    with pytest.raises(PinnedSetContamination, match=r"train\.parquet:1 \[prompt\]"):
+        refuse_trained_on(snapshot, pinned)
