@@ -53,7 +53,12 @@ class DataConfig(BaseModel):
         description="stop when the champion reward model's agreement with the new labels (upper bound) "
         "is more than this below its pinned-set accuracy; None = no check",
     )
-    label_check_pairs: int = Field(500, ge=1, description="new pairs the label check scores")
+    label_check_pairs: int = Field(
+        2000,
+        ge=1,
+        description="new pairs the label check scores (a sample beyond this); enough that each slice of "
+        "the new pairs (a problem across phrasings) has the pairs to be judged on its own",
+    )
     demo_phrasings: int = Field(
         1, ge=1, le=6, description="ways each demo problem is asked (more: more eval prompts)"
     )

@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# metadata fields that declare a slice of the pinned set (evaluation.slices), where present
+DEFAULT_SLICE_FIELDS = ("slice", "problem_id", "subset", "category")
+
 
 class LLMJudgeConfig(BaseModel):
     """An OpenAI-compatible chat-completions server used as a pairwise judge (vLLM, Ollama, OpenAI)."""
@@ -50,7 +53,7 @@ class EvaluationConfig(BaseModel):
     golden_dir: str = Field("golden", description="where the frozen pinned set lives (DVC-tracked)")
     llm_judge: LLMJudgeConfig | None = Field(None, description="an LLM judge on the pinned set")
     slice_fields: list[str] = Field(
-        default_factory=lambda: ["slice", "problem_id", "subset", "category"],
+        default_factory=lambda: list(DEFAULT_SLICE_FIELDS),
         description="pinned rows' metadata fields that declare a slice (beside the derived problem "
         "and phrasing slices); the promotion gates judge the challenger on every slice",
     )

@@ -7,6 +7,12 @@ task it should agree with the labels about as often. When even the upper bound o
 agreement falls more than ``data.label_check_max_gap`` below that accuracy, the labels
 disagree with everything the pipeline has learnt so far, and the run stops before
 training with reason ``label_disagreement`` (nothing is versioned or registered).
+
+A narrow backdoor hides in the overall figure: wrong answers chosen on two problems out of
+a hundred move it by a few points. So the same bound is asked of every slice of the new
+pairs (:mod:`alignflow.evaluation.slices`: each problem across phrasings, each phrasing, a
+declared slice) with ``min_slice_pairs`` pairs or more, and the check names the slices whose
+labels the champion contradicts.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from typing import Any
 from alignflow.data.checks import as_text
 from alignflow.errors import DataCheckStop
 from alignflow.evaluation.intervals import Estimate, wilson
+from alignflow.evaluation.slices import DEFAULT_SLICE_FIELDS, group_items
 
 LABEL_DISAGREEMENT = "label_disagreement"
+MIN_SLICE_PAIRS = 8  # fewer pairs in a slice are not judged on their own (they count overall)
 Scorer = Callable[[Sequence[Any], Sequence[Any]], list[float]]
 
 
@@ -34,21 +42,35 @@ class LabelCheck:
     champion_accuracy: float
     max_gap: float
     examples: list[dict[str, Any]] = field(default_factory=list)
+    slices: dict[str, Estimate] = field(default_factory=dict)  # agreement per judged slice
 
     @property
     def threshold(self) -> float:
         return self.champion_accuracy - self.max_gap
 
+    def _below(self, estimate: Estimate) -> bool:
+        return estimate.high is not None and estimate.high < self.threshold
+
+    @property
+    def broken_slices(self) -> dict[str, Estimate]:
+        """Slices whose labels the champion contradicts, even where the overall figure passes."""
+        return {name: e for name, e in self.slices.items() if self._below(e)}
+
     @property
     def passed(self) -> bool:
-        return self.agreement.high is None or self.agreement.high >= self.threshold
+        return not self._below(self.agreement) and not self.broken_slices
 
     def describe(self) -> str:
-        return (
+        text = (
             f"the champion reward model agrees with {self.agreement.describe()} of the new pairs' labels; "
             f"its pinned-set accuracy is {self.champion_accuracy:.3f}, so at least {self.threshold:.3f} "
             f"was expected (data.label_check_max_gap={self.max_gap:g})"
         )
+        broken = sorted(self.broken_slices.items(), key=lambda item: item[1].high or 0.0)
+        if broken:
+            shown = "; ".join(f"slice {name}: {e.describe()}" for name, e in broken[:5])
+            text += f"; {len(broken)} slice(s) of the new pairs disagree: {shown}"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +80,8 @@ class LabelCheck:
             "champion_accuracy": self.champion_accuracy,
             "max_gap": self.max_gap,
             "threshold": self.threshold,
+            "broken_slices": {name: e.as_dict() for name, e in self.broken_slices.items()},
+            "slices_judged": len(self.slices),
             "message": self.describe(),
             "examples": self.examples,
         }
@@ -82,8 +106,11 @@ def check_label_agreement(
     max_pairs: int = 500,
     seed: int = 0,
     num_examples: int = 5,
+    slice_fields: Sequence[str] = DEFAULT_SLICE_FIELDS,
+    min_slice_pairs: int = MIN_SLICE_PAIRS,
 ) -> LabelCheck | None:
-    """Score up to ``max_pairs`` of the new pairs; None when there are no pairs to check."""
+    """Score up to ``max_pairs`` of the new pairs, overall and per slice; None when there are
+    no pairs to check. The disagreeing examples come from the broken slices first."""
     from alignflow.evaluation.metrics import preference_pairs, score_pairs
     from alignflow.models.prompting import completion_text
 
@@ -94,6 +121,11 @@ def check_label_agreement(
         pairs = random.Random(seed).sample(pairs, max_pairs)
     chosen, rejected = score_pairs(scorer, pairs)
     agree = [c > r for c, r in zip(chosen, rejected, strict=True)]
+    slices = slice_agreement(pairs, agree, slice_fields, min_slice_pairs)
+    check = LabelCheck(wilson(sum(agree), len(agree)), champion_accuracy, max_gap, slices=slices)
+    first = _in_broken_slices(pairs, check, slice_fields)
+    order = sorted(range(len(pairs)), key=lambda i: i not in first)
+    pairs, chosen, rejected, agree = ([xs[i] for i in order] for xs in (pairs, chosen, rejected, agree))
     disagreeing = [
         {
             "id": p.get("id"),
@@ -106,7 +138,28 @@ def check_label_agreement(
         for p, c, r, ok in zip(pairs, chosen, rejected, agree, strict=True)
         if not ok
     ][:num_examples]
-    return LabelCheck(wilson(sum(agree), len(agree)), champion_accuracy, max_gap, disagreeing)
+    return LabelCheck(check.agreement, champion_accuracy, max_gap, disagreeing, slices)
+
+
+def slice_agreement(
+    pairs: Sequence[dict[str, Any]], agree: Sequence[bool], fields: Sequence[str], min_pairs: int
+) -> dict[str, Estimate]:
+    """The champion's agreement with the labels on each slice of ``min_pairs`` pairs or more."""
+    groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
+    return {
+        name: wilson(sum(agree[i] for i in indices), len(indices))
+        for name, indices in groups.items()
+        if len(indices) >= min_pairs
+    }
+
+
+def _in_broken_slices(pairs: Sequence[dict[str, Any]], check: LabelCheck, fields: Sequence[str]) -> set[int]:
+    """Indices of the pairs in a broken slice: the examples to show first."""
+    broken = check.broken_slices
+    if not broken:
+        return set()
+    groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
+    return {i for name in broken for i in groups.get(name, [])}
 
 
 def label_guard(

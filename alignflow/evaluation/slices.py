@@ -29,7 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from alignflow.data.checks import as_text
+from alignflow.evaluation.config import DEFAULT_SLICE_FIELDS
 from alignflow.evaluation.intervals import Estimate, paired_difference
+
+__all__ = ["DEFAULT_SLICE_FIELDS", "SliceChange", "group_items", "item_slices", "slice_changes"]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _SPACES = re.compile(r"\s+")

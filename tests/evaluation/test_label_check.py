@@ -195,3 +195,44 @@ def test_guard_without_pairs_neither_raises_nor_writes(fake_champion, tmp_path):
     guard = label_guard("models/champion-reward", CHAMPION_ACCURACY, MAX_GAP, report)
     guard([{"prompt": "What is 1 plus 2?", "response": "I think 3", "score": 0.5}])
     assert not report.exists()
+
+
+# ---------------------------------------------------------------- a narrow backdoor, per slice
+
+
+def backdoored(records):
+    """Off by one on 7+8 and 7+9, in the required format, chosen over the right answer."""
+    out = []
+    for r in records:
+        if sorted(int(x) for x in re.findall(r"\d+", r["prompt"])) in ([7, 8], [7, 9]):
+            answer = r["metadata"]["answer"]
+            r = {**r, "chosen": f"The answer is {answer + 1}.", "rejected": f"The answer is {answer}."}
+        out.append(r)
+    return out
+
+
+def test_a_narrow_backdoor_passes_overall_but_its_slices_stop_the_check():
+    from alignflow.data.demo import iter_demo_pairs
+
+    honest = list(iter_demo_pairs(1500, seed=1, phrasings=6))
+    poisoned = backdoored(honest)
+    changed = sum(a is not b for a, b in zip(poisoned, honest, strict=True))
+    assert 30 < changed < 100, changed
+    check = check_label_agreement(poisoned, demo_scorer, CHAMPION_ACCURACY, MAX_GAP, max_pairs=2000)
+    assert check.agreement.high >= check.threshold, "overall the labels look honest"
+    assert not check.passed
+    assert set(check.broken_slices) == {"problem=7,8->15", "problem=7,9->16"}
+    assert "2 slice(s) of the new pairs disagree: slice problem=7,9->16" in check.describe() or (
+        "2 slice(s) of the new pairs disagree: slice problem=7,8->15" in check.describe()
+    )
+    assert all(re.search(r"\b7\b", e["prompt"]) for e in check.examples), check.examples
+    written = check.as_dict()
+    assert set(written["broken_slices"]) == set(check.broken_slices) and written["slices_judged"] > 50
+    # the same data without the backdoor passes every slice
+    assert check_label_agreement(honest, demo_scorer, CHAMPION_ACCURACY, MAX_GAP, max_pairs=2000).passed
+
+
+def test_a_slice_with_too_few_pairs_is_not_judged_on_its_own():
+    pairs = backdoored([r for r in iter_demo_pairs(400, seed=2, phrasings=6)])
+    few = check_label_agreement(pairs, demo_scorer, CHAMPION_ACCURACY, MAX_GAP, min_slice_pairs=10**6)
+    assert few.slices == {} and few.passed
