@@ -70,6 +70,7 @@ def gate_row(result: GateResult) -> dict[str, Any]:
         "n": result.n,
         "needs": result.needs,
         "outcome": result.outcome,
+        **({"detail": result.detail} if result.detail else {}),
     }
 
 
@@ -113,6 +114,7 @@ def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str
         "",
         gate_table_markdown(decision),
         "",
+        *(f"- `{r.name}`: {r.detail}" for r in decision.results if r.detail),  # the slice that broke
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
         f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
         f"- Pinned evaluation set: `{judged_on.golden_version or 'unknown'}`",

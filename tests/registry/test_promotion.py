@@ -175,3 +175,44 @@ def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_jso
         "needs": "upper bound <= 2", "outcome": "failed",
     }  # fmt: skip
     assert "| length_growth | 3.5 | [3.3, 3.7] | 120 | upper bound <= 2 | **failed** |" in text
+
+
+@pytest.mark.slow
+def test_a_broken_slice_and_the_judges_audit_are_on_the_version_page_and_tags(registry):
+    uri, logged = registry
+    config = PromotionConfig()
+    promotion.promote(
+        uri,
+        logged.name,
+        logged.version,
+        {**FIRST_POLICY, "eval/kl_to_reference": 0.1},
+        config,
+        "policy",
+        JUDGES,
+    )
+    backdoor = GOOD | pinned_metrics(worst_slice_task_accuracy_vs_champion=(-1.0, -1.0, -0.31, 4))
+    lost = {"prompt": "Add 7 and 8.", "champion": "The answer is 15.", "policy": "The answer is 16."}
+    slices = [
+        {"change": {"high": -0.31}, "describe": "slice problem=7,8->15: champion 4/4, challenger 0/4",
+         "examples": [lost]},
+    ]  # fmt: skip
+    audits = promotion.audit_judges(
+        backdoor | pinned_metrics(champion_reward__verifier_agreement=(0.9, 0.8, 0.95, 90)), False, config
+    )
+    version = _new_version(uri, logged)
+    decision = promotion.promote(
+        uri, logged.name, version, backdoor, config, "policy", JUDGES,
+        details=promotion.slice_details(slices, config.max_slice_regression), audits=audits,
+    )  # fmt: skip
+    assert not decision.promoted and [r.name for r in decision.failed] == ["slice_regression"]
+    registered = MlflowClient(uri).get_model_version(logged.name, version)
+    assert "1 broken slice(s): slice problem=7,8->15" in registered.tags[promotion.REASON_TAG]
+    assert "'Add 7 and 8.'" in registered.tags[promotion.REASON_TAG]
+    failed = json.loads(registered.tags[promotion.FAILED_GATES_TAG])
+    assert failed["slice_regression"]["detail"].startswith("1 broken slice(s)")
+    assert "- `slice_regression`: 1 broken slice(s): slice problem=7,8->15" in registered.description
+    assert (
+        "agrees with the verifiable answers"
+        in json.loads(registered.tags[promotion.JUDGE_AUDIT_TAG])["champion_reward"]
+    )
+    assert models.alias_version(uri, logged.name, models.CHAMPION) == str(logged.version)
