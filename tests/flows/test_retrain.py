@@ -9,6 +9,7 @@ cache hits as child runs) is read back through the MLflow API.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from flows.retrain import GOLDEN_VERSION_TAG, STOP_REASON_TAG, retrain
 from flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
 from flows.unchanged import check_before_flow
 from tests.flows.conftest import FAST_OVERRIDES
+from tests.flows.prefect_reads import read_flow_run, run_logs
 
 pytestmark = pytest.mark.slow
 TRAINING_STAGES = ("sft", "reward", "policy", "evaluate")
@@ -219,6 +221,19 @@ def registered_versions(uri: str, name: str) -> set[str]:
     return {str(v.version) for v in MlflowClient(uri).search_model_versions(f"name='{name}'")}
 
 
+def assert_the_flow_run_tells_the_rejection(summary: dict, version: str) -> None:
+    """The Prefect flow run of a rejected challenger: tagged so, the failed gate in its logs."""
+    run = read_flow_run(summary["flow_run_id"])
+    assert run.name == f"demo-dpo-{summary['data_version'][:7]}"
+    expected = {"project:demo", "algorithm:dpo", "outcome:not_promoted", "policy:rejected", "reward:reused"}
+    assert expected <= set(run.tags), run.tags
+    said = [message for name, _, message in run_logs(summary["flow_run_id"]) if name.startswith("flows.")]
+    verdict = f"demo-policy v{version}: not promoted (failed: "
+    assert any(s.startswith(verdict) and "task_accuracy_vs_champion" in s for s in said), said
+    assert any(re.match(r"  gate (?!passed)\w+ task_accuracy_vs_champion: ", s) for s in said), said
+    assert said[-1].startswith("outcome: ") and f"demo-policy v{version} not promoted" in said[-1]
+
+
 def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, workspace):
     reward_versions = registered_versions(server.url, "demo-reward")
     worse = run_flow(server, workspace, "dpo.learning_rate=0.5", "dpo.max_steps=20")
@@ -238,6 +253,7 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     assert said.startswith("**Not promoted: ") and "task_accuracy_vs_champion" in said, said
     assert said.endswith("champion stays version 1.**"), said
     assert "| task_accuracy_vs_champion | " in rejected.description
+    assert_the_flow_run_tells_the_rejection(worse, decision["version"])
 
     # the cache-hit reward model is not registered again: same versions, champion unmoved
     assert registered_versions(server.url, "demo-reward") == reward_versions
