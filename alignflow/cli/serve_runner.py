@@ -109,7 +109,7 @@ def outcome_line(flow_run: FlowRun, deployment: str) -> str:
         said.append(f"({', '.join(fates)})")
     if not said and state is not None and state.message and not state.is_completed():
         said.append(state.message.splitlines()[0][:200])
-    ended = flow_run.end_time.strftime("%Y-%m-%d %H:%M:%S") if flow_run.end_time else "-"
+    ended = flow_run.end_time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if flow_run.end_time else "-"
     head = f"[{ended}] {deployment} run {flow_run.name!r}: {state.name if state else 'unknown'}"
     return f"{head}: {' '.join(said)}" if said else head
 
