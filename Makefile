@@ -7,7 +7,7 @@ export DO_NOT_TRACK := 1
 # every package at the version the suite last passed with (`make lock` refreshes it)
 LOCK := requirements/lock.txt
 
-.PHONY: install reinstall demo test bench lint format lock lock-check pins pins-check \
+.PHONY: install reinstall demo screenshots test bench lint format lock lock-check pins pins-check \
 	base-image image postgres-image stack-up stack-down
 
 install:
@@ -39,6 +39,11 @@ lock-check:
 # register and promote (Prefect ephemeral API, MLflow in ./mlflow.db, local DVC remote)
 demo: install
 	$(PYTHON) -m alignflow.cli run --config configs/demo.yaml
+
+# the README's pictures of the MLflow and Prefect UIs, from a workspace where `make demo` and one
+# rejected challenger ran (the commands: tools/screenshots.py); needs Debian's chromium
+screenshots:
+	$(PYTHON) -m tools.screenshots
 
 # tests run in two worker processes, a test file per worker at a time (its module fixtures stay
 # together); PYTEST_WORKERS=0 runs them in this process
