@@ -241,6 +241,12 @@ def _versions(stack: Stack, role: str) -> list:
 
 
 def test_retrain_runs_on_the_worker_and_survives_a_killed_worker(stack):
+    # the UIs answer from the host (Prefect's needs a writable static directory as non-root)
+    import httpx
+
+    assert "<html" in httpx.get(stack.prefect_api.removesuffix("/api") + "/", timeout=30).text.lower()
+    assert httpx.get(stack.mlflow_url + "/health", timeout=30).status_code == 200
+
     # 1. a retraining flow run on the worker, into the MLflow server on PostgreSQL
     first = stack.start_run({"overrides": TINY_RUN})
     assert stack.wait_state(first, {"COMPLETED"}, timeout=1500) == "COMPLETED"
