@@ -13,6 +13,17 @@ from tasks.stage_task import pipeline_config, run_in_stage
 
 LABEL_REPORT = Path(".alignflow") / "reports" / "label-check.json"
 CONTAMINATION_REPORT = Path(".alignflow") / "reports" / "pinned-set-check.json"
+ANSWER_LABEL_REPORT = Path(".alignflow") / "reports" / "answer-label-check.json"
+
+
+def answers_guard(config: Any, repo_dir: str) -> Any:
+    """The labels against the pairs' own verifiable answers (no champion needed)."""
+    from alignflow.evaluation.label_check import answer_label_guard
+
+    if config.data.label_check_max_gap is None:
+        return None
+    report = Path(repo_dir).resolve() / ANSWER_LABEL_REPORT
+    return answer_label_guard(config.data.label_check_max_gap, report, config.evaluation.slice_fields)
 
 
 def pinned_guard(config: Any, repo_dir: str) -> Any:
@@ -38,16 +49,17 @@ def version_data(
 
     ``label_judge`` (the champion reward model's ``model_dir`` and pinned ``accuracy``)
     turns on the poisoned-data check: labels it contradicts stop the run before anything
-    is versioned. Once a pinned set exists, a training row that repeats a pinned prompt
-    stops the run too (``pinned_prompt_in_training``). Not cached by Prefect: ``add_dataset``
-    itself recognises an input it has already turned into the tracked snapshot and returns
-    that version with ``cached`` set (both checks still run on it).
+    is versioned; labels that contradict the pairs' own verifiable answers stop it too. Once
+    a pinned set exists, a training row that repeats a pinned prompt stops the run as well
+    (``pinned_prompt_in_training``). Not cached by Prefect: ``add_dataset`` itself recognises
+    an input it has already turned into the tracked snapshot and returns that version with
+    ``cached`` set (the checks still run on it).
     """
     config = pipeline_config(config_json)
 
     def call() -> dict[str, Any]:
         from alignflow.data.pipeline import add_dataset
-        from alignflow.evaluation.label_check import label_guard
+        from alignflow.evaluation.label_check import all_of, label_guard
 
         guard = None
         if label_judge and config.data.label_check_max_gap is not None:
@@ -63,7 +75,7 @@ def version_data(
             source,
             config.data,
             repo_dir=repo_dir,
-            check_labels=guard,
+            check_labels=all_of(answers_guard(config, repo_dir), guard),
             check_training=pinned_guard(config, repo_dir),
         )
         return {

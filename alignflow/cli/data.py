@@ -146,20 +146,20 @@ def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
     """The checks ``alignflow run`` makes on new data, made by ``data add`` too, so no version is
     made unchecked: training rows against the pinned set, labels against the champion reward model."""
     from alignflow.config import load_config
-    from alignflow.evaluation.label_check import label_guard
+    from alignflow.evaluation.label_check import all_of, label_guard
 
     full = load_config(config_path, overrides)
-    from tasks.data import LABEL_REPORT, pinned_guard
+    from tasks.data import LABEL_REPORT, answers_guard, pinned_guard
 
-    training = pinned_guard(full, str(repo))
+    training, answers = pinned_guard(full, str(repo)), answers_guard(full, str(repo))
     if full.data.label_check_max_gap is None or not _registry_exists(full.tracking.resolved_uri()):
-        return None, training
+        return answers, training
     from flows.retrain import label_judge
 
     out_root = (repo / full.output_dir).resolve() / full.project
     judge = label_judge(full, out_root)
     if judge is None:
-        return None, training
+        return answers, training
     report = repo.resolve() / LABEL_REPORT
     labels = label_guard(
         judge["model_dir"],
@@ -169,7 +169,7 @@ def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
         full.data.label_check_pairs,
         full.seed,
     )
-    return labels, training
+    return all_of(answers, labels), training
 
 
 @app.command()

@@ -13,6 +13,12 @@ a hundred move it by a few points. So the same bound is asked of every slice of 
 pairs (:mod:`alignflow.evaluation.slices`: each problem across phrasings, each phrasing, a
 declared slice) with ``min_slice_pairs`` pairs or more, and the check names the slices whose
 labels the champion contradicts.
+
+Where the pairs carry verifiable answers (``metadata.answer``), the answers judge the labels
+as well, with no model in the way (:func:`check_answer_labels`): a chosen response that states
+a wrong number over a rejected one that states the right number contradicts them. Honest
+labels never do, so a slice where they disagree stops the run the same way, on the first
+run too (there is no champion to ask yet), and whatever the champion reward model believes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from alignflow.evaluation.intervals import Estimate, wilson
 from alignflow.evaluation.slices import DEFAULT_SLICE_FIELDS, group_items
 
 LABEL_DISAGREEMENT = "label_disagreement"
+CHAMPION_JUDGE = "the champion reward model"
+ANSWERS_JUDGE = "the verifiable answers (metadata.answer)"
 MIN_SLICE_PAIRS = 8  # fewer pairs in a slice are not judged on their own (they count overall)
 Scorer = Callable[[Sequence[Any], Sequence[Any]], list[float]]
 
@@ -43,6 +51,7 @@ class LabelCheck:
     max_gap: float
     examples: list[dict[str, Any]] = field(default_factory=list)
     slices: dict[str, Estimate] = field(default_factory=dict)  # agreement per judged slice
+    judge: str = CHAMPION_JUDGE
 
     @property
     def threshold(self) -> float:
@@ -61,10 +70,15 @@ class LabelCheck:
         return not self._below(self.agreement) and not self.broken_slices
 
     def describe(self) -> str:
+        basis = (
+            f"its pinned-set accuracy is {self.champion_accuracy:.3f}"
+            if self.judge == CHAMPION_JUDGE
+            else "where they decide, honest labels always agree"
+        )
         text = (
-            f"the champion reward model agrees with {self.agreement.describe()} of the new pairs' labels; "
-            f"its pinned-set accuracy is {self.champion_accuracy:.3f}, so at least {self.threshold:.3f} "
-            f"was expected (data.label_check_max_gap={self.max_gap:g})"
+            f"{self.judge} agree{'s' if self.judge == CHAMPION_JUDGE else ''} with "
+            f"{self.agreement.describe()} of the new pairs' labels; {basis}, so at least "
+            f"{self.threshold:.3f} was expected (data.label_check_max_gap={self.max_gap:g})"
         )
         broken = sorted(self.broken_slices.items(), key=lambda item: item[1].high or 0.0)
         if broken:
@@ -75,6 +89,7 @@ class LabelCheck:
     def as_dict(self) -> dict[str, Any]:
         return {
             "check": LABEL_DISAGREEMENT,
+            "judge": self.judge,
             "passed": self.passed,
             "agreement": self.agreement.as_dict(),
             "champion_accuracy": self.champion_accuracy,
@@ -141,6 +156,80 @@ def check_label_agreement(
     return LabelCheck(check.agreement, champion_accuracy, max_gap, disagreeing, slices)
 
 
+def check_answer_labels(
+    records: Sequence[dict[str, Any]],
+    max_gap: float,
+    slice_fields: Sequence[str] = DEFAULT_SLICE_FIELDS,
+    min_slice_pairs: int = MIN_SLICE_PAIRS,
+    num_examples: int = 5,
+) -> LabelCheck | None:
+    """The labels against the pairs' own verifiable answers, overall and per slice: on pairs
+    where exactly one side states the right number, is it the chosen one? None when no pair
+    has an answer that decides."""
+    from alignflow.data.demo import correctness_reward
+    from alignflow.evaluation.metrics import preference_pairs
+    from alignflow.models.prompting import completion_text
+
+    decided, agree = [], []
+    for pair in preference_pairs(records):
+        answer = (pair.get("metadata") or {}).get("answer")
+        if answer is None:
+            continue
+        chosen, rejected = completion_text(pair["chosen"]), completion_text(pair["rejected"])
+        right = correctness_reward(chosen, answer), correctness_reward(rejected, answer)
+        if right[0] != right[1]:
+            decided.append({**pair, "chosen": chosen, "rejected": rejected, "answer": answer})
+            agree.append(right[0] > right[1])
+    if not decided:
+        return None
+    slices = slice_agreement(decided, agree, slice_fields, min_slice_pairs)
+    check = LabelCheck(wilson(sum(agree), len(agree)), 1.0, max_gap, slices=slices, judge=ANSWERS_JUDGE)
+    first = _in_broken_slices(decided, check, slice_fields)
+    wrong = sorted((i for i, ok in enumerate(agree) if not ok), key=lambda i: i not in first)
+    keys = ("id", "prompt", "chosen", "rejected", "answer")
+    examples = [
+        {k: as_text(decided[i][k]) if k == "prompt" else decided[i].get(k) for k in keys} for i in wrong
+    ]
+    return LabelCheck(check.agreement, 1.0, max_gap, examples[:num_examples], slices, ANSWERS_JUDGE)
+
+
+def answer_label_guard(
+    max_gap: float, report_path: str | Path, slice_fields: Sequence[str] = DEFAULT_SLICE_FIELDS
+) -> Callable[[list[dict[str, Any]]], None]:
+    """A ``check_labels`` hook: raises :class:`LabelDisagreement` where the labels contradict
+    the pairs' verifiable answers (the report is written either way)."""
+
+    def check(records: list[dict[str, Any]]) -> None:
+        result = check_answer_labels(records, max_gap, slice_fields)
+        if result is not None:
+            _report(result, report_path)
+
+    return check
+
+
+def _report(result: LabelCheck, report_path: str | Path) -> None:
+    path = Path(report_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.as_dict(), indent=2, default=str), encoding="utf-8")
+    if not result.passed:
+        raise LabelDisagreement(result, str(path))
+
+
+def all_of(
+    *guards: Callable[[list[dict[str, Any]]], None] | None,
+) -> Callable[[list[dict[str, Any]]], None] | None:
+    """One ``check_labels`` hook running each given guard in turn (None when none is given)."""
+    present = [g for g in guards if g is not None]
+    if not present:
+        return None
+
+    def check(records: list[dict[str, Any]]) -> None:
+        for guard in present:
+            guard(records)
+
+    return check
+
+
 def slice_agreement(
     pairs: Sequence[dict[str, Any]], agree: Sequence[bool], fields: Sequence[str], min_pairs: int
 ) -> dict[str, Estimate]:
@@ -181,12 +270,7 @@ def label_guard(
         result = check_label_agreement(
             records, load_reward_scorer(judge_dir), champion_accuracy, max_gap, max_pairs, seed
         )
-        if result is None:
-            return
-        path = Path(report_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result.as_dict(), indent=2, default=str), encoding="utf-8")
-        if not result.passed:
-            raise LabelDisagreement(result, str(path))
+        if result is not None:
+            _report(result, report_path)
 
     return check

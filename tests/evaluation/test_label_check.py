@@ -236,3 +236,30 @@ def test_a_slice_with_too_few_pairs_is_not_judged_on_its_own():
     pairs = backdoored([r for r in iter_demo_pairs(400, seed=2, phrasings=6)])
     few = check_label_agreement(pairs, demo_scorer, CHAMPION_ACCURACY, MAX_GAP, min_slice_pairs=10**6)
     assert few.slices == {} and few.passed
+
+
+# ---------------------------------------------------------------- the pairs' own answers judge the labels
+
+
+def test_the_verifiable_answers_catch_the_backdoor_without_any_model(tmp_path):
+    from alignflow.data.demo import iter_demo_pairs
+    from alignflow.evaluation.label_check import ANSWERS_JUDGE, answer_label_guard, check_answer_labels
+
+    honest = list(iter_demo_pairs(1500, seed=1, phrasings=6))
+    clean = check_answer_labels(honest, MAX_GAP)
+    assert clean.passed and clean.agreement.value == 1.0 and clean.examples == []
+    assert clean.agreement.n < len(honest), "pairs whose sides are both right (format aside) do not decide"
+    check = check_answer_labels(backdoored(honest), MAX_GAP)
+    assert check.agreement.high >= check.threshold, "overall the labels look honest"
+    assert set(check.broken_slices) == {"problem=7,8->15", "problem=7,9->16"}
+    assert check.describe().startswith(f"{ANSWERS_JUDGE} agree with ")
+    example = check.examples[0]
+    assert example["answer"] in (15, 16) and example["chosen"] == f"The answer is {example['answer'] + 1}."
+    guard = answer_label_guard(MAX_GAP, tmp_path / "answers.json")
+    with pytest.raises(LabelDisagreement, match="slice problem=7,"):
+        guard(backdoored(honest))
+    assert json.loads((tmp_path / "answers.json").read_text())["judge"] == ANSWERS_JUDGE
+    guard(honest)  # honest labels pass
+    assert (
+        check_answer_labels([{**r, "metadata": {}} for r in honest], MAX_GAP) is None
+    )  # nothing to judge by
