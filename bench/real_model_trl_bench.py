@@ -1,0 +1,451 @@
+"""DPO and GRPO on SmolLM2-135M-Instruct: alignflow's stages against TRL's trainers, tuned.
+
+Both sides train the same real model the same way: bf16 weights with LoRA adapters (r 16,
+every linear layer), the same rows, steps, batch, learning rate, seed and lengths. TRL is
+given its own best documented speed settings for a CPU: the reference's log-probs
+precomputed once (``precompute_ref_log_probs``), no activation checkpointing (memory
+allows), bf16 weights. Padding-free batches need FlashAttention, which a CPU lacks, and
+TRL's DPO rows have no length column for transformers' length-grouped sampler, so TRL
+draws random batches; alignflow's DPO stage groups pairs by length and caches the
+reference pass, as it always does.
+
+- DPO: the shared HH-RLHF harmless-base pairs (what ``configs/smollm2-hh.yaml`` trains on),
+  one epoch over exactly the rows trained (so a precomputed reference pass covers no row
+  twice or in vain). Reported: trained pairs/s and tokens/s over the training loop, pairs/s
+  over the whole call (load, reference pass, training, saving), the held-out DPO loss of
+  the trained model against SmolLM2 by TRL's own evaluation (same call both sides), MFU.
+- GRPO: the word problems of ``configs/smollm2-math.yaml`` with the correctness and format
+  verifiers. Reported: completions/s and tokens/s (prompt and completion tokens TRL counts
+  in ``num_tokens``), the run's mean reward, MFU of the update (generation excluded).
+
+MFU reads model FLOPs against this machine's bf16 GEMM peak, measured in the same run
+(``bench.real_model_bench.gemm_peak_gflops``): 4 N per trained token for a frozen base with
+adapters (forward and input gradients, no weight gradients), N the model's parameters.
+
+Each case runs in its own process (its peak RSS is its own), cases interleaved, ``REPEATS``
+times (default 1: each case takes minutes on 2 cores); ratios are alignflow/TRL.
+Run: ``python -m bench real_model_trl`` (writes bench/results/real_model_trl.{json,md}).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+HH_PAIRS = REPO.parent / "shared" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
+STEPS = {
+    "dpo": int(os.environ.get("ALIGNFLOW_BENCH_DPO_STEPS", 12)),
+    "grpo": int(os.environ.get("ALIGNFLOW_BENCH_GRPO_STEPS", 4)),
+}
+BATCH = {"dpo": 8, "grpo": 16}  # GRPO: completions per step (4 prompts x 4 generations)
+NUM_GENERATIONS = 4
+MAX_LENGTH = 256
+MAX_COMPLETION = 40
+LEARNING_RATE = {"dpo": 5e-4, "grpo": 2e-4}
+BETA = 0.1
+HELD_OUT_PAIRS = 48
+REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 1))
+CASES = ("dpo:alignflow", "dpo:trl", "grpo:alignflow", "grpo:trl")
+LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
+
+
+# ------------------------------------------------------------------ shared inputs
+
+
+def prepare(root: Path) -> None:
+    """The HH pairs validated and split as the data stage does (train cut to the rows one
+    epoch trains), and the word problems' prompts with their answers."""
+    from alignflow.config import load_config
+    from alignflow.data import word_problems
+    from alignflow.data.pipeline import write_snapshot
+    from alignflow.data.snapshot import load_split, write_split
+    from alignflow.data.validation import validate_paths
+
+    config = load_config(REPO / "configs" / "smollm2-hh.yaml", [f"data.source={HH_PAIRS}"])
+    full = root / "hh-full"
+    write_snapshot(validate_paths([HH_PAIRS], config.data), config.data, full, REPO)
+    pairs = load_split(full, "train", kind="pair")[: STEPS["dpo"] * BATCH["dpo"]]
+    write_split(root / "hh", "train", pairs)
+    write_split(root / "hh", "eval", load_split(full, "eval", kind="pair")[:HELD_OUT_PAIRS])
+
+    problems = word_problems.all_problems(200, seed=0)
+    prompts = [dict(r, kind="prompt") for r in word_problems.iter_prompts(problems)]
+    write_split(root / "math", "train", prompts[:160])
+    write_split(root / "math", "eval", prompts[160:])
+
+
+def smollm2_path() -> str:
+    from alignflow.models.factory import resolve_model_source
+    from alignflow.models.model_config import SMOLLM2
+
+    return str(resolve_model_source(SMOLLM2))
+
+
+def _alignflow_config(stage: str, config_file: str, seed: int):
+    from alignflow.config import load_config
+
+    overrides = [
+        f"{stage}.max_steps={STEPS[stage]}",
+        f"{stage}.per_device_train_batch_size={BATCH[stage]}",
+        f"{stage}.learning_rate={LEARNING_RATE[stage]}",
+        f"{stage}.save_steps=1000",
+        f"{stage}.eval_max_rows=1",
+        f"seed={seed}",
+        "policy.reward_data=shared",
+    ]
+    if stage == "dpo":
+        overrides += [f"dpo.max_length={MAX_LENGTH}", "dpo.precompute_reference=true", f"dpo.beta={BETA}"]
+    else:
+        overrides += [
+            f"grpo.max_completion_length={MAX_COMPLETION}",
+            f"grpo.num_generations={NUM_GENERATIONS}",
+        ]
+    return load_config(REPO / "configs" / config_file, overrides)
+
+
+def _trl_common(out: Path, stage: str, seed: int) -> dict[str, Any]:
+    import torch
+
+    return {
+        "output_dir": str(out),
+        "max_steps": STEPS[stage],
+        "per_device_train_batch_size": BATCH[stage],
+        "learning_rate": LEARNING_RATE[stage],
+        "seed": seed,
+        "report_to": [],
+        "save_strategy": "no",
+        "use_cpu": not torch.cuda.is_available(),
+        "bf16": True,
+        "gradient_checkpointing": False,
+        "model_init_kwargs": {"dtype": torch.bfloat16},
+    }
+
+
+def _lora():
+    from peft import LoraConfig
+
+    return LoraConfig(**LORA)
+
+
+# ------------------------------------------------------------------ the cases
+
+
+def run_alignflow_dpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+    from alignflow.training.dpo import run_dpo
+
+    config = _alignflow_config("dpo", "smollm2-hh.yaml", seed)
+    config.dpo.reference_cache_dir = str(out / "reference-cache")
+    result = run_dpo(config, root / "hh", out)
+    return result.metrics, Path(result.model_dir)
+
+
+def run_trl_dpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+    from transformers import AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from alignflow.data.pairing import load_pairs
+    from alignflow.training.dpo import pair_dataset
+
+    path = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    args = DPOConfig(
+        beta=BETA, max_length=MAX_LENGTH, precompute_ref_log_probs=True, **_trl_common(out, "dpo", seed)
+    )
+    trainer = DPOTrainer(
+        model=path,
+        args=args,
+        train_dataset=pair_dataset(load_pairs(root / "hh", "train"), tokenizer),
+        processing_class=tokenizer,
+        peft_config=_lora(),
+    )
+    trainer.train()
+    return _merged(trainer, tokenizer, out)
+
+
+def _correctness_and_format():
+    from alignflow.training.grpo import answer_format, correctness
+
+    return [correctness, answer_format]
+
+
+def run_alignflow_grpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+    from alignflow.training.grpo import run_grpo
+
+    result = run_grpo(_alignflow_config("grpo", "smollm2-math.yaml", seed), root / "math", out)
+    return result.metrics, Path(result.model_dir)
+
+
+def run_trl_grpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from alignflow.data.snapshot import load_split
+    from alignflow.models.prompting import format_prompt
+
+    path = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rows = [
+        {"prompt": format_prompt(tokenizer, r["prompt"]), "answer": r["metadata"]["answer"]}
+        for r in load_split(root / "math", "train")
+    ]
+    args = GRPOConfig(
+        num_generations=NUM_GENERATIONS,
+        max_completion_length=MAX_COMPLETION,
+        beta=0.0,
+        reward_weights=[1.0, 0.2],
+        **_trl_common(out, "grpo", seed),
+    )
+    trainer = GRPOTrainer(
+        model=path,
+        reward_funcs=_correctness_and_format(),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora(),
+    )
+    trainer.train()
+    return _merged(trainer, tokenizer, out)
+
+
+def _merged(trainer: Any, tokenizer: Any, out: Path) -> tuple[dict[str, float], Path]:
+    """The adapters merged into the weights and saved, as alignflow's stage saves its model."""
+    model = trainer.model.merge_and_unload()
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    return {}, out / "model"
+
+
+RUNNERS = {
+    "dpo:alignflow": run_alignflow_dpo,
+    "dpo:trl": run_trl_dpo,
+    "grpo:alignflow": run_alignflow_grpo,
+    "grpo:trl": run_trl_grpo,
+}
+
+
+def held_out_dpo_loss(trained: Path, root: Path, out: Path) -> float:
+    """The trained policy's DPO loss on the held-out pairs against SmolLM2, by TRL's evaluation."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from alignflow.data.pairing import load_pairs
+    from alignflow.training.dpo import pair_dataset
+
+    start = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    pairs = pair_dataset(load_pairs(root / "hh", "eval"), tokenizer)
+    trainer = DPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(trained, dtype=torch.bfloat16),
+        ref_model=AutoModelForCausalLM.from_pretrained(start, dtype=torch.bfloat16),
+        args=DPOConfig(
+            output_dir=str(out / "held-out"),
+            beta=BETA,
+            max_length=MAX_LENGTH,
+            report_to=[],
+            use_cpu=True,
+            per_device_eval_batch_size=BATCH["dpo"],
+            bf16=True,
+        ),
+        train_dataset=pairs,
+        eval_dataset=pairs,
+        processing_class=tokenizer,
+    )
+    return float(trainer.evaluate()["eval_loss"])
+
+
+def _trainer_records() -> list[dict[str, Any]]:
+    """Every ``Trainer.train`` call of this process: its seconds and the trainer's own state."""
+    from transformers import Trainer
+
+    records: list[dict[str, Any]] = []
+    original = Trainer.train
+
+    def timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            history = self.state.log_history
+            records.append(
+                {
+                    "seconds": time.perf_counter() - started,
+                    "steps": self.state.global_step,
+                    "batch": self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps,
+                    "num_tokens": max((h.get("num_tokens", 0) for h in history), default=0),
+                    "rewards": [h["reward"] for h in history if "reward" in h],
+                    "losses": [h["loss"] for h in history if "loss" in h],
+                }
+            )
+
+    Trainer.train = timed
+    return records
+
+
+def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
+    """One case in this process; rates come from the trainer's state, not from the settings."""
+    records = _trainer_records()
+    started = time.perf_counter()
+    _, trained = RUNNERS[case](root, out, seed)
+    total = time.perf_counter() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    run = records[-1]  # the training loop (TRL's reference pass is no Trainer.train call)
+    rows = run["steps"] * run["batch"]
+    result = {
+        "steps": run["steps"],
+        "train_s": run["seconds"],
+        "call_s": total,
+        "rows_per_s": rows / run["seconds"],
+        "call_rows_per_s": rows / total,
+        "tokens_per_s": run["num_tokens"] / run["seconds"],
+        "num_tokens": run["num_tokens"],
+        "peak_rss_mb": rss,
+        "seed": seed,
+    }
+    stage = case.split(":")[0]
+    if stage == "dpo":
+        result["held_out_loss"] = held_out_dpo_loss(trained, root, out)
+        result["final_train_loss"] = run["losses"][-1] if run["losses"] else None
+    else:
+        result["mean_reward"] = statistics.fmean(run["rewards"]) if run["rewards"] else None
+    return result
+
+
+# ------------------------------------------------------------------ the parent
+
+
+def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.real_model_trl_bench", "--case", case]
+    command += ["--root", str(root), "--out", str(out), "--seed", str(seed)]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, v in runs[0].items() if isinstance(v, int | float) and k != "seed"]
+    return {k: statistics.median(r[k] for r in runs) for k in keys} | {"runs": runs}
+
+
+def _mfu(case: dict[str, Any], n_params: int, peak_gflops: float) -> float:
+    return 4 * n_params * case["tokens_per_s"] / (peak_gflops * 1e9)
+
+
+def _markdown(r: dict[str, Any]) -> str:
+    c = r["cases"]
+    lines = [
+        "# DPO and GRPO on SmolLM2-135M-Instruct: alignflow vs TRL (tuned)",
+        "",
+        f"Machine: {r['machine']}; {r['threads']} threads; "
+        f"bf16 GEMM peak {r['bf16_peak_gflops']:.0f} GFLOP/s "
+        f"(measured in this run). {r['parameters'] / 1e6:.1f}M parameters; bf16 weights + LoRA r16 on every "
+        f"linear layer, both sides. Repeats: {r['repeats']} (medians). Load average at the end: "
+        f"{r['load_average_1min_at_end']:.1f} (above {r['threads']}: other jobs shared the cores; the sides "
+        "ran interleaved, so the ratios suffer less than the rates).",
+        "",
+        "| case | steps | rows/s (train loop) | tokens/s | rows/s (whole call) | MFU | peak RSS MB "
+        "| quality |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, case in c.items():
+        quality = (
+            f"held-out DPO loss {case['held_out_loss']:.4f}"
+            if "held_out_loss" in case
+            else f"mean reward {case.get('mean_reward', float('nan')):.3f}"
+        )
+        lines.append(
+            f"| {name} | {case['steps']:.0f} | {case['rows_per_s']:.2f} | {case['tokens_per_s']:.0f} | "
+            f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['peak_rss_mb']:.0f} | {quality} |"
+        )
+    lines += ["", "Ratios alignflow/TRL (above 1: alignflow faster or larger):", ""]
+    for key, value in r["ratios"].items():
+        lines.append(f"- {key}: {value:.2f}x")
+    lines += [
+        "",
+        "Rows are pairs for DPO and completions for GRPO. Tokens are TRL's own `num_tokens` count",
+        "(prompt and completion tokens the training loop processed). TRL's reference pass is part of",
+        "its whole call; alignflow's cached reference pass is too (cold cache in every run).",
+        f"Wall: {r['wall_s']:.0f} s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run(repeats: int = REPEATS) -> dict[str, Any]:
+    import torch
+
+    from bench.real_model_bench import gemm_peak_gflops
+
+    started = time.perf_counter()
+    peak = gemm_peak_gflops(torch.bfloat16)
+    with tempfile.TemporaryDirectory(prefix="alignflow-trl-bench-") as tmp:
+        root = Path(tmp)
+        prepare(root)
+        runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+        for repeat in range(repeats):
+            for case in CASES:
+                runs[case].append(_child(case, root, root / f"{case.replace(':', '-')}-{repeat}", repeat))
+    n_params = _parameters(smollm2_path())
+    cases = {case: _median(r) for case, r in runs.items()}
+    for case in cases.values():
+        case["mfu"] = _mfu(case, n_params, peak)
+    ratios = {}
+    for stage in ("dpo", "grpo"):
+        ours, theirs = cases[f"{stage}:alignflow"], cases[f"{stage}:trl"]
+        ratios[f"{stage} rows/s (train loop)"] = ours["rows_per_s"] / theirs["rows_per_s"]
+        ratios[f"{stage} tokens/s"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
+        ratios[f"{stage} rows/s (whole call)"] = ours["call_rows_per_s"] / theirs["call_rows_per_s"]
+        ratios[f"{stage} peak RSS"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
+    result = {
+        "name": "real_model_trl",
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "threads": torch.get_num_threads(),
+        "parameters": n_params,
+        "bf16_peak_gflops": peak,
+        "repeats": repeats,
+        "cases": cases,
+        "ratios": ratios,
+        "dpo_train_speedup": ratios["dpo rows/s (train loop)"],
+        "grpo_train_speedup": ratios["grpo rows/s (train loop)"],
+        "load_average_1min_at_end": os.getloadavg()[0],
+        "wall_s": time.perf_counter() - started,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
+    return result
+
+
+def _parameters(path: Any) -> int:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", choices=CASES)
+    parser.add_argument("--root", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    cli = parser.parse_args()
+    if cli.case:
+        print(json.dumps(run_case(cli.case, cli.root, cli.out, cli.seed)))
+    else:
+        print(json.dumps(run(), indent=2))
