@@ -338,11 +338,6 @@ def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, v in runs[0].items() if isinstance(v, int | float) and k != "seed"]
-    return {k: statistics.median(r[k] for r in runs) for k in keys} | {"runs": runs}
-
-
 def _mfu(case: dict[str, Any], n_params: int, peak_gflops: float) -> float:
     return 4 * n_params * case["tokens_per_s"] / (peak_gflops * 1e9)
 
@@ -390,6 +385,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     import torch
 
     from bench.real_model_bench import gemm_peak_gflops
+    from bench.training_bench import _median
 
     started = time.perf_counter()
     peak = gemm_peak_gflops(torch.bfloat16)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_mlflow_postgres import TINY_RUN as MLFLOW_POSTGRES_RUN
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "mlflow" / "compose.yaml"
 ENABLED = os.environ.get("ALIGNFLOW_DOCKER_TESTS") == "1"
@@ -42,19 +44,8 @@ pytestmark = [
 
 IMAGE = os.environ.get("ALIGNFLOW_IMAGE", "alignflow:cpu")
 PROJECT = "stackdemo"
-# a small run of the demo (as tests/integration/test_mlflow_postgres.py): minutes, not tens
-TINY_RUN = [
-    f"project={PROJECT}",
-    "data.demo_rows=300",
-    "data.demo_scored_rows=0",
-    "sft.max_steps=10",
-    "reward.max_steps=10",
-    "dpo.max_steps=10",
-    "evaluation.max_prompts=20",
-    "evaluation.max_pairs=40",
-    "evaluation.kl_samples=8",
-    "evaluation.primary_judge=answer",
-]
+# a small run of the demo (the one tests/integration/test_mlflow_postgres.py makes): minutes, not tens
+TINY_RUN = [f"project={PROJECT}", *(o for o in MLFLOW_POSTGRES_RUN if not o.startswith("project="))]
 
 
 def _run(args: list[str], timeout: float = 600, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
