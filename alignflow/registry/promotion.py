@@ -431,8 +431,8 @@ def decide(
         replace(r, detail=(details or {}).get(r.name, r.detail))
         for r in check_gates(judged, gates, config.min_judged_rows)
     ]
-    if role == "reward" and policy_promoted is not None and config.release == "together":
-        results.append(release_result(policy_promoted))
+    if role == "reward" and policy_promoted is False and config.release == "together":
+        results.append(release_result(policy_promoted))  # shown only where it holds the model back
     promoted = all(r.passed for r in results)
     return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges))
 

@@ -159,7 +159,8 @@ def test_a_reward_model_is_released_only_with_its_policy():
     alone = decide("rm", "2", metrics, CONFIG, "reward", "1", policy_promoted=False)
     assert not alone.promoted and [r.name for r in alone.failed] == [RELEASE_GATE]
     assert "policy was not promoted" in alone.reason
-    assert decide("rm", "2", metrics, CONFIG, "reward", "1", policy_promoted=True).promoted
+    with_policy = decide("rm", "2", metrics, CONFIG, "reward", "1", policy_promoted=True)
+    assert with_policy.promoted and RELEASE_GATE not in [r.name for r in with_policy.results]
     separately = CONFIG.model_copy(update={"release": "separately"})
     assert decide("rm", "2", metrics, separately, "reward", "1", policy_promoted=False).promoted
 
