@@ -54,6 +54,10 @@ class RetrainFlowLauncher:
             f"output_dir={Path(request.output_dir).resolve()}",
             f"tracking.tags.agent_id={request.agent_id}",
             f"tracking.tags.job_id={request.job_id}",
+            # human ratings carry no verifiable answers to audit a model judge against; the
+            # live A/B on ratings (`promote --human`) is this service's check. A deployment's or
+            # a request's overrides, applied after, can still ask for audited judges
+            "promotion.allow_unaudited_judges=true",
             *self.overrides,
             *request.overrides,
         ]
