@@ -221,7 +221,9 @@ def test_a_signal_unwinds_the_command_and_stops_its_whole_process_tree(signum, t
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
     started = [int(pid) for pid in pids.read_text().split()]
-    survivors = [pid for pid in started if _alive(pid)]
+    deadline = time.monotonic() + 5  # a signalled child may still be exiting as the command ends
+    while (survivors := [pid for pid in started if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert len(started) == 2, errors.read_text()[-3000:]
