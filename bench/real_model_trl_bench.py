@@ -41,12 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# (importing training_bench also sets the offline and tokenizer environment defaults)
+from bench.training_bench import HH_PAIRS, REPO, RESULTS, _median
 
-RESULTS = Path(__file__).resolve().parent / "results"
-REPO = Path(__file__).resolve().parents[1]
-HH_PAIRS = REPO.parent / "shared" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
 STEPS = {
     "dpo": int(os.environ.get("ALIGNFLOW_BENCH_DPO_STEPS", 12)),
     "grpo": int(os.environ.get("ALIGNFLOW_BENCH_GRPO_STEPS", 4)),
@@ -144,16 +141,15 @@ def _lora():
 # ------------------------------------------------------------------ the cases
 
 
-def run_alignflow_dpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+def run_alignflow_dpo(root: Path, out: Path, seed: int) -> Path:
     from alignflow.training.dpo import run_dpo
 
     config = _alignflow_config("dpo", "smollm2-hh.yaml", seed)
     config.dpo.reference_cache_dir = str(out / "reference-cache")
-    result = run_dpo(config, root / "hh", out)
-    return result.metrics, Path(result.model_dir)
+    return Path(run_dpo(config, root / "hh", out).model_dir)
 
 
-def run_trl_dpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+def run_trl_dpo(root: Path, out: Path, seed: int) -> Path:
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
@@ -182,14 +178,13 @@ def _correctness_and_format():
     return [correctness, answer_format]
 
 
-def run_alignflow_grpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+def run_alignflow_grpo(root: Path, out: Path, seed: int) -> Path:
     from alignflow.training.grpo import run_grpo
 
-    result = run_grpo(_alignflow_config("grpo", "smollm2-math.yaml", seed), root / "math", out)
-    return result.metrics, Path(result.model_dir)
+    return Path(run_grpo(_alignflow_config("grpo", "smollm2-math.yaml", seed), root / "math", out).model_dir)
 
 
-def run_trl_grpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
+def run_trl_grpo(root: Path, out: Path, seed: int) -> Path:
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -222,12 +217,12 @@ def run_trl_grpo(root: Path, out: Path, seed: int) -> tuple[Any, Path]:
     return _merged(trainer, tokenizer, out)
 
 
-def _merged(trainer: Any, tokenizer: Any, out: Path) -> tuple[dict[str, float], Path]:
+def _merged(trainer: Any, tokenizer: Any, out: Path) -> Path:
     """The adapters merged into the weights and saved, as alignflow's stage saves its model."""
     model = trainer.model.merge_and_unload()
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
-    return {}, out / "model"
+    return out / "model"
 
 
 RUNNERS = {
@@ -301,7 +296,7 @@ def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     """One case in this process; rates come from the trainer's state, not from the settings."""
     records = _trainer_records()
     started = time.perf_counter()
-    _, trained = RUNNERS[case](root, out, seed)
+    trained = RUNNERS[case](root, out, seed)
     total = time.perf_counter() - started
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     run = records[-1]  # the training loop (TRL's reference pass is no Trainer.train call)
@@ -385,7 +380,6 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     import torch
 
     from bench.real_model_bench import gemm_peak_gflops
-    from bench.training_bench import _median
 
     started = time.perf_counter()
     peak = gemm_peak_gflops(torch.bfloat16)

@@ -37,6 +37,32 @@ def pinned_guard(config: Any, repo_dir: str) -> Any:
     return contamination_guard(pinned, Path(repo_dir).resolve() / CONTAMINATION_REPORT)
 
 
+def champion_guard(config: Any, judge: dict[str, Any] | None, repo_dir: str) -> Any:
+    """The labels against the champion reward model (``judge``: its ``model_dir`` and pinned
+    ``accuracy``), when there is one and the check is on."""
+    from alignflow.evaluation.label_check import label_guard
+
+    if not judge or config.data.label_check_max_gap is None:
+        return None
+    return label_guard(
+        judge["model_dir"],
+        float(judge["accuracy"]),
+        config.data.label_check_max_gap,
+        Path(repo_dir).resolve() / LABEL_REPORT,
+        config.data.label_check_pairs,
+        config.seed,
+    )
+
+
+def data_guards(config: Any, repo_dir: str, judge: dict[str, Any] | None) -> tuple[Any, Any]:
+    """Every check new data gets before it is versioned, as ``add_dataset``'s ``check_labels``
+    and ``check_training`` hooks: the same for ``alignflow run`` and ``alignflow data add``."""
+    from alignflow.evaluation.label_check import all_of
+
+    labels = all_of(answers_guard(config, repo_dir), champion_guard(config, judge, repo_dir))
+    return labels, pinned_guard(config, repo_dir)
+
+
 @task(name="version-data", retries=2, retry_delay_seconds=5, retry_condition_fn=retry_transient)
 def version_data(
     config_json: dict,
@@ -59,24 +85,10 @@ def version_data(
 
     def call() -> dict[str, Any]:
         from alignflow.data.pipeline import add_dataset
-        from alignflow.evaluation.label_check import all_of, label_guard
 
-        guard = None
-        if label_judge and config.data.label_check_max_gap is not None:
-            guard = label_guard(
-                label_judge["model_dir"],
-                float(label_judge["accuracy"]),
-                config.data.label_check_max_gap,
-                Path(repo_dir).resolve() / LABEL_REPORT,
-                config.data.label_check_pairs,
-                config.seed,
-            )
+        labels, training = data_guards(config, repo_dir, label_judge)
         result = add_dataset(
-            source,
-            config.data,
-            repo_dir=repo_dir,
-            check_labels=all_of(answers_guard(config, repo_dir), guard),
-            check_training=pinned_guard(config, repo_dir),
+            source, config.data, repo_dir=repo_dir, check_labels=labels, check_training=training
         )
         return {
             "version": result.version,

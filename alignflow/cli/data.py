@@ -144,32 +144,18 @@ def _registry_exists(uri: str) -> bool:
 
 def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
     """The checks ``alignflow run`` makes on new data, made by ``data add`` too, so no version is
-    made unchecked: training rows against the pinned set, labels against the champion reward model."""
+    made unchecked: training rows against the pinned set, labels against the pairs' answers and
+    the champion reward model (``check_labels``, ``check_training``)."""
     from alignflow.config import load_config
-    from alignflow.evaluation.label_check import all_of, label_guard
+    from tasks.data import data_guards
 
     full = load_config(config_path, overrides)
-    from tasks.data import LABEL_REPORT, answers_guard, pinned_guard
+    judge = None
+    if full.data.label_check_max_gap is not None and _registry_exists(full.tracking.resolved_uri()):
+        from flows.retrain import label_judge
 
-    training, answers = pinned_guard(full, str(repo)), answers_guard(full, str(repo))
-    if full.data.label_check_max_gap is None or not _registry_exists(full.tracking.resolved_uri()):
-        return answers, training
-    from flows.retrain import label_judge
-
-    out_root = (repo / full.output_dir).resolve() / full.project
-    judge = label_judge(full, out_root)
-    if judge is None:
-        return answers, training
-    report = repo.resolve() / LABEL_REPORT
-    labels = label_guard(
-        judge["model_dir"],
-        judge["accuracy"],
-        full.data.label_check_max_gap,
-        report,
-        full.data.label_check_pairs,
-        full.seed,
-    )
-    return all_of(answers, labels), training
+        judge = label_judge(full, (repo / full.output_dir).resolve() / full.project)
+    return data_guards(full, str(repo), judge)
 
 
 @app.command()

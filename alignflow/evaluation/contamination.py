@@ -68,6 +68,11 @@ class PinnedSetContamination(DataCheckStop):
         self.clashes = list(clashes)
 
 
+def pinned_prompt_count(pinned: Iterable[Mapping[str, Any]]) -> int:
+    """Distinct pinned prompts, compared as the check compares them."""
+    return len({normalised_prompt(r["prompt"]) for r in pinned if r.get("prompt") is not None})
+
+
 def find_clashes(rows: Iterable[TrainingRow], pinned: Iterable[Mapping[str, Any]]) -> list[Clash]:
     """The training rows whose normalised prompt is one of the pinned rows' prompts."""
     keys = {normalised_prompt(r["prompt"]) for r in pinned if r.get("prompt") is not None}
@@ -98,7 +103,7 @@ def contamination_guard(
 ) -> Callable[[list[TrainingRow]], None]:
     """A ``check_training`` hook for ``add_dataset``: raises :class:`PinnedSetContamination`
     when a training row repeats a pinned prompt (the report names every such row)."""
-    distinct = len({normalised_prompt(r["prompt"]) for r in pinned if r.get("prompt") is not None})
+    distinct = pinned_prompt_count(pinned)
 
     def check(rows: list[TrainingRow]) -> None:
         clashes = find_clashes(rows, pinned)

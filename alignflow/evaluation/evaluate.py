@@ -320,7 +320,7 @@ def refuse_trained_on(snapshot_dir: str | Path, golden_records: Sequence[Mapping
     """No score on pinned rows the models trained on: raises when the snapshot's train split
     repeats a pinned prompt (the data stage stops such a version; this guards every other way in)."""
     from alignflow.data.snapshot import load_split, split_path
-    from alignflow.evaluation.contamination import PinnedSetContamination, find_clashes, normalised_prompt
+    from alignflow.evaluation.contamination import PinnedSetContamination, find_clashes, pinned_prompt_count
 
     where = split_path(snapshot_dir, "train")
     if not where.exists():  # an evaluation-only snapshot: nothing was trained from it
@@ -328,8 +328,7 @@ def refuse_trained_on(snapshot_dir: str | Path, golden_records: Sequence[Mapping
     train = [(str(where), i, record) for i, record in enumerate(load_split(snapshot_dir, "train"))]
     clashes = find_clashes(train, golden_records)
     if clashes:
-        pinned = len({normalised_prompt(r["prompt"]) for r in golden_records if r.get("prompt") is not None})
-        raise PinnedSetContamination(clashes, pinned)
+        raise PinnedSetContamination(clashes, pinned_prompt_count(golden_records))
 
 
 def evaluate_paths(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,10 @@ def check_label_agreement(
         pairs = random.Random(seed).sample(pairs, max_pairs)
     chosen, rejected = score_pairs(scorer, pairs)
     agree = [c > r for c, r in zip(chosen, rejected, strict=True)]
-    slices = slice_agreement(pairs, agree, slice_fields, min_slice_pairs)
+    groups = _pair_groups(pairs, slice_fields)
+    slices = slice_agreement(groups, agree, min_slice_pairs)
     check = LabelCheck(wilson(sum(agree), len(agree)), champion_accuracy, max_gap, slices=slices)
-    first = _in_broken_slices(pairs, check, slice_fields)
+    first = _in_broken_slices(groups, check)
     order = sorted(range(len(pairs)), key=lambda i: i not in first)
     pairs, chosen, rejected, agree = ([xs[i] for i in order] for xs in (pairs, chosen, rejected, agree))
     disagreeing = [
@@ -153,7 +154,7 @@ def check_label_agreement(
         for p, c, r, ok in zip(pairs, chosen, rejected, agree, strict=True)
         if not ok
     ][:num_examples]
-    return LabelCheck(check.agreement, champion_accuracy, max_gap, disagreeing, slices)
+    return replace(check, examples=disagreeing)
 
 
 def check_answer_labels(
@@ -182,15 +183,16 @@ def check_answer_labels(
             agree.append(right[0] > right[1])
     if not decided:
         return None
-    slices = slice_agreement(decided, agree, slice_fields, min_slice_pairs)
+    groups = _pair_groups(decided, slice_fields)
+    slices = slice_agreement(groups, agree, min_slice_pairs)
     check = LabelCheck(wilson(sum(agree), len(agree)), 1.0, max_gap, slices=slices, judge=ANSWERS_JUDGE)
-    first = _in_broken_slices(decided, check, slice_fields)
+    first = _in_broken_slices(groups, check)
     wrong = sorted((i for i, ok in enumerate(agree) if not ok), key=lambda i: i not in first)
     keys = ("id", "prompt", "chosen", "rejected", "answer")
     examples = [
         {k: as_text(decided[i][k]) if k == "prompt" else decided[i].get(k) for k in keys} for i in wrong
     ]
-    return LabelCheck(check.agreement, 1.0, max_gap, examples[:num_examples], slices, ANSWERS_JUDGE)
+    return replace(check, examples=examples[:num_examples])
 
 
 def answer_label_guard(
@@ -230,11 +232,15 @@ def all_of(
     return check
 
 
+def _pair_groups(pairs: Sequence[dict[str, Any]], fields: Sequence[str]) -> dict[str, list[int]]:
+    """Slice name -> indices of the pairs in it (:func:`~alignflow.evaluation.slices.group_items`)."""
+    return group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
+
+
 def slice_agreement(
-    pairs: Sequence[dict[str, Any]], agree: Sequence[bool], fields: Sequence[str], min_pairs: int
+    groups: dict[str, list[int]], agree: Sequence[bool], min_pairs: int
 ) -> dict[str, Estimate]:
-    """The champion's agreement with the labels on each slice of ``min_pairs`` pairs or more."""
-    groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
+    """The judge's agreement with the labels on each slice of ``min_pairs`` pairs or more."""
     return {
         name: wilson(sum(agree[i] for i in indices), len(indices))
         for name, indices in groups.items()
@@ -242,13 +248,9 @@ def slice_agreement(
     }
 
 
-def _in_broken_slices(pairs: Sequence[dict[str, Any]], check: LabelCheck, fields: Sequence[str]) -> set[int]:
+def _in_broken_slices(groups: dict[str, list[int]], check: LabelCheck) -> set[int]:
     """Indices of the pairs in a broken slice: the examples to show first."""
-    broken = check.broken_slices
-    if not broken:
-        return set()
-    groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
-    return {i for name in broken for i in groups.get(name, [])}
+    return {i for name in check.broken_slices for i in groups.get(name, [])}
 
 
 def label_guard(

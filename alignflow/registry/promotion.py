@@ -324,8 +324,9 @@ def gates_for(
         Gate(name, metric, op, float(t), bound) for name, metric, op, t, bound in candidates if t is not None
     ]
     judged_on_answers = role == "reward" or has_answers
-    if has_champion and slices and judged_on_answers and not human:
-        gates += [g for g in (_slice_gate(config, role),) if g is not None]
+    slice_gate = _slice_gate(config, role)
+    if slice_gate is not None and has_champion and slices and judged_on_answers and not human:
+        gates.append(slice_gate)
     return gates
 
 
