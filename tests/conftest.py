@@ -37,7 +37,35 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("ALIGNFLOW_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def shared_data_dir() -> Path:
+    """``$ALIGNFLOW_SHARED_DATA``, else ``../shared/data`` beside this checkout, else beside the
+    local checkout it was cloned from (a clone made elsewhere, e.g. under /tmp, finds it too)."""
+    if os.environ.get("ALIGNFLOW_SHARED_DATA"):
+        return Path(os.environ["ALIGNFLOW_SHARED_DATA"])
+    beside = REPO_ROOT.parent / "shared" / "data"
+    if beside.exists():
+        return beside
+    import subprocess
+
+    origin = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    source = (
+        Path(origin.removeprefix("file://"))
+        if origin and "://" not in origin.replace("file://", "")
+        else None
+    )
+    if source is not None and source.is_dir() and (source.parent / "shared" / "data").exists():
+        return source.parent / "shared" / "data"
+    return beside
+
+
+SHARED_DATA = shared_data_dir()
 HH_RLHF_TEST = SHARED_DATA / "hh-rlhf-harmless-base-test.jsonl.gz"
 POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
 POSTGRES_URL = os.environ.get(

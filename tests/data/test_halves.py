@@ -6,13 +6,10 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
 from alignflow.data.halves import prompt_half, rows_for
 from alignflow.data.normalize import normalize_row
 
 REPO = Path(__file__).resolve().parents[2]
-HH = REPO.parent / "shared" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
 
 
 def _config(*overrides: str):
@@ -53,9 +50,8 @@ def test_a_prompt_lands_in_the_same_half_whatever_its_rows_or_form():
     assert halves == {0, 1}
 
 
-@pytest.mark.skipif(not HH.exists(), reason=f"shared data missing: {HH}")
-def test_hh_conversations_split_near_evenly():
-    with gzip.open(HH, "rt", encoding="utf-8") as lines:
+def test_hh_conversations_split_near_evenly(hh_rlhf_path):
+    with gzip.open(hh_rlhf_path, "rt", encoding="utf-8") as lines:
         rows = [normalize_row(json.loads(line)) for _, line in zip(range(600), lines, strict=False)]
     config = _config("policy.reward_data=disjoint")
     reward = rows_for(rows, config, "reward")

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 
 from alignflow.models.prompting import as_messages, format_prompt, hh_transcript_turns
-
-HH = Path(__file__).resolve().parents[3] / "shared" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
 
 
 class ChatTemplateTokenizer:
@@ -56,12 +53,11 @@ def test_message_lists_and_templateless_models_are_untouched():
     assert format_prompt(None, text) == text + "\n"  # a base model reads the transcript as written
 
 
-@pytest.mark.skipif(not HH.exists(), reason=f"shared data missing: {HH}")
-def test_every_shared_hh_prompt_reads_as_a_conversation():
+def test_every_shared_hh_prompt_reads_as_a_conversation(hh_rlhf_path):
     from alignflow.data.normalize import RowError, normalize_row
 
     prompts = []
-    with gzip.open(HH, "rt", encoding="utf-8") as lines:
+    with gzip.open(hh_rlhf_path, "rt", encoding="utf-8") as lines:
         for line in lines:
             try:
                 prompts.append(normalize_row(json.loads(line))["prompt"])
