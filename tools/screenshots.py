@@ -334,7 +334,7 @@ def prefect_pages(url: str, run_name: str, project: str) -> list[Page]:
 @contextmanager
 def prefect_ui() -> Iterator[str]:
     """``prefect server start`` on a free loopback port, on the database the runs went to."""
-    from alignflow.registry.server import _stop, free_port
+    from alignflow.registry.server import free_port, stop_process_group, wait_until_healthy
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -346,26 +346,16 @@ def prefect_ui() -> Iterator[str]:
         process = subprocess.Popen(  # its own group: stopped with the workers it starts
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+
+        def tail() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")[-3000:]
+
         try:
-            _wait_for(f"{url}/api/health", process, log)
+            wait_until_healthy(f"{url}/api/health", process, tail, 180.0, "prefect server")
             yield url
         finally:
-            _stop(process)
-
-
-def _wait_for(health: str, process: subprocess.Popen, log, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(health, timeout=2):
-                return
-        except OSError:
-            if process.poll() is not None:
-                break
-            time.sleep(1)
-    log.seek(0)
-    said = log.read().decode(errors="replace")[-3000:]
-    raise RuntimeError(f"prefect server did not answer at {health}:\n{said}")
+            stop_process_group(process)
 
 
 def take(workspace: Path, out: Path, with_prefect: bool = True) -> list[Path]:

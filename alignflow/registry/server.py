@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,16 +37,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _healthy(url: str) -> bool:
+def _healthy(health_url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+        with urllib.request.urlopen(health_url, timeout=2) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
 
 
-def _stop(process: subprocess.Popen) -> None:
-    # the server forks its web workers: signal the whole process group it leads
+def wait_until_healthy(
+    health_url: str, process: subprocess.Popen, log_tail: Callable[[], str], timeout: float, what: str
+) -> None:
+    """Return once ``health_url`` answers 200; raise with the server's log tail if ``process``
+    exits or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not _healthy(health_url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} at {health_url} did not become healthy:\n{log_tail()}")
+        time.sleep(0.5)
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, to the process group ``process`` leads: a server forks its web
+    workers, and they go with it."""
     for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
@@ -95,12 +108,11 @@ def local_mlflow_server(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
         )
     try:
-        deadline = time.monotonic() + startup_timeout
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"mlflow server at {url} did not become healthy:\n{tail}")
-            time.sleep(0.5)
+
+        def tail() -> str:
+            return log_path.read_text(errors="replace")[-3000:]
+
+        wait_until_healthy(f"{url}/health", process, tail, startup_timeout, "mlflow server")
         yield LocalServer(url, backend, artifacts, process.pid)
     finally:
-        _stop(process)
+        stop_process_group(process)
