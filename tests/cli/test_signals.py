@@ -106,16 +106,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_for(condition: Callable[[], object], process: subprocess.Popen, what: str) -> object:
+def _wait_for(condition: Callable[[], object], process: subprocess.Popen, what: str, log: Path) -> object:
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
         found = condition()
         if found:
             return found
         if process.poll() is not None:
-            pytest.fail(f"the command exited ({process.returncode}) before {what}")
+            pytest.fail(f"the command exited ({process.returncode}) before {what}\n{_state(process, log)}")
         time.sleep(0.2)
-    pytest.fail(f"no {what} within {STARTUP_SECONDS}s")
+    pytest.fail(f"no {what} within {STARTUP_SECONDS}s\n{_state(process, log)}")
+
+
+def _state(process: subprocess.Popen, log: Path) -> str:
+    """What the command had printed and which processes it had started when the test gave up."""
+    children = "\n".join(
+        f"  {pid}: {' '.join(_command_line(pid))[:200]}" for pid in _descendants(process.pid)
+    )
+    return f"its processes:\n{children or '  none'}\nits output:\n{log.read_text()[-4000:]}"
 
 
 def _answers(url: str) -> bool:
@@ -139,11 +147,18 @@ def _prefect_server_port(pid: int) -> int | None:
     return found[1] if found else None
 
 
+# what a user's shell would pass on; the rest of the worker's environment (settings that earlier
+# in-process commands filled in, a session cache other tests write to) stays out
+PASSED_ON = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "VIRTUAL_ENV", "CI")
+
+
 def _environment(tmp_path: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_API_")}
+    env = {key: os.environ[key] for key in PASSED_ON if key in os.environ}
     env.update(
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]),
         PREFECT_HOME=str(tmp_path / "prefect-home"),
+        ALIGNFLOW_CACHE=str(tmp_path / "cache"),
+        OMP_NUM_THREADS="1",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
@@ -181,9 +196,11 @@ def test_sigterm_leaves_no_child_process_running(tmp_path, name):
         )
     started: list[int] = []
     try:
-        port = _wait_for(lambda: _prefect_server_port(process.pid), process, "Prefect server")
-        _wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/health"), process, "Prefect server answer")
-        _wait_for(lambda: ready(port), process, f"`alignflow {name}` ready")
+        port = _wait_for(lambda: _prefect_server_port(process.pid), process, "Prefect server", log)
+        _wait_for(
+            lambda: _answers(f"http://127.0.0.1:{port}/api/health"), process, "Prefect server answer", log
+        )
+        _wait_for(lambda: ready(port), process, f"`alignflow {name}` ready", log)
         started = _descendants(process.pid)
         if name == "serve":
             # Ctrl-C signals the terminal's whole process group: the API server must not get it,
