@@ -10,9 +10,11 @@ real MLflow registry:
 - a randomly initialised policy, a copy of the SFT reference, a length-hacked policy (right
   answers padded with filler) and a degenerate policy (one token repeated), built here and
   judged through the same evaluation and gates;
-- a genuinely better challenger: the same data, twice the SFT steps (0.98 task accuracy on
-  the pinned set against the champion's 0.95). It must be promoted. (Three times the DPO
-  steps is *not* better: it unlearns a few sums, 0.92, and the gates rightly reject it.)
+- a good challenger: the whole flow on fresh correct data (another draw of the demo rows,
+  same split, so no pinned prompt in training) with a longer SFT (700 steps). It matches the
+  champion on the pinned set (1.0) and must be promoted: the gates stop regressions, not
+  ties. (The same fresh data with the demo's 500 steps reaches 0.969, four misses where the
+  champion has none: -0.031 [-0.062, -0.008], measurably worse, and rightly rejected.)
 
 ``run_suite`` returns one row per challenger; ``tests/flows/test_adversarial_promotion.py``
 asserts on it and ``python -m bench promotion`` writes ``bench/results/promotion.md``.
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-BETTER = "better challenger: same data, twice the SFT steps"
+BETTER = "good challenger: fresh correct data, longer SFT"
 FILLER = " I hope this helps, and let me know if you would like to add any other numbers together!"
 
 
@@ -90,6 +92,21 @@ def _retrain(workspace: Path, *overrides: str, force: bool = False) -> dict[str,
     from flows.retrain import retrain
 
     return retrain(None, [*_base(workspace), *overrides], repo_dir=str(workspace), force=force)
+
+
+def fresh_demo_rows(data: Any, folder: Path, seed: int = 1) -> Path:
+    """Another draw of the demo's rows (correct labels), shaped as the data config asks."""
+    from alignflow.data.demo import write_demo_dataset
+
+    return write_demo_dataset(
+        folder,
+        n_pairs=data.demo_rows,
+        n_scored=data.demo_scored_rows,
+        seed=seed,
+        eval_fraction=data.eval_fraction,
+        phrasings=data.demo_phrasings,
+        task=data.demo_task,
+    )["demo"]
 
 
 def swapped_copy(source: Path, target: Path) -> Path:
@@ -230,7 +247,8 @@ def run_suite(workspace: Path) -> list[Challenger]:
         d = flipped["promotions"][role]
         rows.append(_outcome(uri, labels[role], role, "rejected", d["name"], d["version"]))
 
-    better = _retrain(workspace, "sft.max_steps=500")
+    fresh = fresh_demo_rows(config.data, workspace / "fresh")
+    better = _retrain(workspace, f"data.source={fresh}", "sft.max_steps=700")
     d = better["promotions"]["policy"]
     rows.append(
         _outcome(

@@ -1,4 +1,4 @@
-"""The promotion gates under attack: six bad challengers rejected, a better one promoted.
+"""The promotion gates under attack: six bad challengers rejected, a good one promoted.
 
 Runs ``bench/promotion_bench.py``'s suite against a real MLflow registry (sqlite) and the
 Prefect test API: the champion is the embedded default (the demo), every challenger is
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from alignflow.data.demo import format_answer, write_demo_dataset
+from alignflow.data.demo import format_answer
 from alignflow.evaluation.contamination import PINNED_PROMPT_IN_TRAINING
 from alignflow.evaluation.label_check import LABEL_DISAGREEMENT
 from alignflow.registry.models import CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG, GATE_TAG_PREFIX, GATES_TAG
-from bench.promotion_bench import BETTER, _base, _retrain, run_suite, to_markdown
+from bench.promotion_bench import BETTER, _base, _retrain, fresh_demo_rows, run_suite, to_markdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -66,7 +66,7 @@ def test_each_bad_challenger_is_rejected_with_its_failed_gates_in_the_registry(s
     assert json.loads(tags[GATES_TAG]), "every gate is recorded, passed or not"
 
 
-def test_six_of_six_bad_challengers_rejected_and_the_better_one_promoted(suite):
+def test_six_of_six_bad_challengers_rejected_and_fresh_correct_data_promoted(suite):
     workspace, rows = suite
     bad = [r for r in rows if r.expected == "rejected"]
     assert len(bad) == 6 and all(r.decision == "rejected" for r in bad), [(r.label, r.decision) for r in bad]
@@ -79,7 +79,7 @@ def test_six_of_six_bad_challengers_rejected_and_the_better_one_promoted(suite):
 
 
 # ---------------------------------------------------------------- regression-free promotion (#35)
-# On the suite's workspace (its champion is the better challenger): a narrow backdoor, a split
+# On the suite's workspace (its champion is the good challenger): a narrow backdoor, a split
 # that trains on the pinned set, a reused half-flipped version, a judge-only decision.
 
 
@@ -107,10 +107,10 @@ def _backdoor(i: int, row: dict) -> dict:
 def test_a_narrow_backdoor_is_not_crowned_and_its_broken_slice_is_named(suite):
     workspace, _ = suite
     before = {role: _versions(workspace, role) for role in ("policy", "reward")}
-    fresh = write_demo_dataset(
-        workspace / "fresh", n_pairs=1500, n_scored=500, seed=1, eval_fraction=0.2, phrasings=6
-    )
-    source = _copy_rows(fresh["demo"], workspace / "backdoor.jsonl", _backdoor)
+    from alignflow.config import load_config
+
+    fresh = fresh_demo_rows(load_config(None, _base(workspace)).data, workspace / "backdoor-draw")
+    source = _copy_rows(fresh, workspace / "backdoor.jsonl", _backdoor)
     summary = _retrain(workspace, f"data.source={source}")
     # overall the champion reward model agrees with the labels; on the two problems it does not
     stopped = summary["stopped"]
