@@ -185,13 +185,6 @@ def _utf8(values) -> tuple[np.ndarray, np.ndarray]:
     return data[offsets[0] : offsets[-1]], (offsets - offsets[0]).astype(np.int64)
 
 
-def _per_row(flags: np.ndarray, rel: np.ndarray) -> np.ndarray:
-    """How many bytes of each row have ``flags`` set."""
-    total = np.zeros(len(flags) + 1, np.int32)
-    np.cumsum(flags.view(np.uint8), dtype=np.int32, out=total[1:])
-    return total[rel[1:]] - total[rel[:-1]]
-
-
 def _rows_of(positions: np.ndarray, rel: np.ndarray) -> np.ndarray:
     return np.searchsorted(rel, positions, side="right") - 1
 

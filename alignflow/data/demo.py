@@ -145,11 +145,6 @@ def _write_jsonl(path: Path, records: Iterator[dict]) -> Path:
     return path
 
 
-def write_demo_jsonl(path: str | Path, n: int = 2000, seed: int = 0) -> Path:
-    """Write ``n`` demo preference pairs as JSONL, creating parent folders."""
-    return _write_jsonl(Path(path), iter_demo_pairs(n, seed=seed))
-
-
 def _unique(records: Iterator[dict], n: int, fields: tuple[str, ...]) -> list[dict]:
     """The first ``n`` records whose content differs (validation quarantines duplicates)."""
     seen, kept = set(), []

@@ -80,8 +80,3 @@ def write_quarantine(data_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
     pq.write_table(table, tmp)
     tmp.replace(path)
     return path
-
-
-def load_quarantine(data_dir: str | Path) -> list[dict[str, Any]]:
-    """Quarantined rows with their reasons; ``original`` stays JSON text."""
-    return pq.read_table(split_path(data_dir, QUARANTINE)).to_pylist()

@@ -138,10 +138,6 @@ def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
     return ids, mask
 
 
-def _targets(examples: list[dict[str, Any]], width: int) -> torch.Tensor:
-    return torch.tensor([e["targets"] for e in examples], dtype=torch.float32).view(-1, width)
-
-
 def heads_collator(pad_id: int):
     """Batches for :class:`HeadsRewardTrainer`: rated rows first, then pairs (chosen, then rejected).
 
