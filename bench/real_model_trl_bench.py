@@ -337,6 +337,16 @@ def _mfu(case: dict[str, Any], n_params: int, peak_gflops: float) -> float:
     return 4 * n_params * case["tokens_per_s"] / (peak_gflops * 1e9)
 
 
+def _load_note(r: dict[str, Any]) -> str:
+    load = r["load_average_1min_at_end"]
+    if load <= r["threads"]:
+        return f"Load average at the end: {load:.1f} (the cores were this run's)."
+    return (
+        f"Load average at the end: {load:.1f}, above {r['threads']}: other jobs shared the cores; the "
+        "sides ran interleaved, so the ratios suffer less than the rates."
+    )
+
+
 def _markdown(r: dict[str, Any]) -> str:
     c = r["cases"]
     lines = [
@@ -345,9 +355,7 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Machine: {r['machine']}; {r['threads']} threads; "
         f"bf16 GEMM peak {r['bf16_peak_gflops']:.0f} GFLOP/s "
         f"(measured in this run). {r['parameters'] / 1e6:.1f}M parameters; bf16 weights + LoRA r16 on every "
-        f"linear layer, both sides. Repeats: {r['repeats']} (medians). Load average at the end: "
-        f"{r['load_average_1min_at_end']:.1f} (above {r['threads']}: other jobs shared the cores; the sides "
-        "ran interleaved, so the ratios suffer less than the rates).",
+        f"linear layer, both sides. Repeats: {r['repeats']} (medians). {_load_note(r)}",
         "",
         "| case | steps | rows/s (train loop) | tokens/s | rows/s (whole call) | MFU | peak RSS MB "
         "| quality |",
