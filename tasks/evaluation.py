@@ -28,7 +28,7 @@ def _verdict(value: Any, against: str) -> str:
 def completions_table(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Sample completions of policy, reference and champion side by side, whether each gives
     the reference answer, and every judge's verdict: the columns ``mlflow.log_table`` takes."""
-    from alignflow.data.demo import task_accuracy
+    from alignflow.data.answers import task_accuracy
 
     rows = []
     for sample in samples:

@@ -24,14 +24,19 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ANSWER_TEMPLATE = "The answer is {answer}."
-_ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
-_ANY_NUMBER_RE = re.compile(r"-?\d+")
+from alignflow.data.answers import (  # noqa: F401 - the demo's callers import them from here too
+    ANSWER_TEMPLATE,
+    correctness_reward,
+    extract_answer,
+    format_answer,
+    format_reward,
+    task_accuracy,
+)
+
 TIER_SCORES = {"best": 1.0, "sloppy": 0.5, "wrong": 0.0}
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 # annotators mostly compared two unformatted answers: SFT on chosen learns the sloppy format
@@ -50,34 +55,6 @@ PHRASINGS = (
 
 def make_prompt(a: int, b: int, phrasing: int = 0) -> str:
     return PHRASINGS[phrasing].format(a=a, b=b)
-
-
-def format_answer(answer: int) -> str:
-    return ANSWER_TEMPLATE.format(answer=answer)
-
-
-def extract_answer(completion: str) -> int | None:
-    """The number the completion commits to: the formatted answer, else the first number."""
-    formatted = _ANSWER_RE.search(completion)
-    if formatted:
-        return int(formatted.group(1))
-    loose = _ANY_NUMBER_RE.search(completion)
-    return int(loose.group(0)) if loose else None
-
-
-def correctness_reward(completion: str, answer: int | str) -> float:
-    """1.0 when the completion's number equals the reference answer, else 0.0."""
-    return 1.0 if extract_answer(completion) == int(answer) else 0.0
-
-
-def format_reward(completion: str) -> float:
-    """1.0 when the completion states its answer as ``The answer is N.``, else 0.0."""
-    return 1.0 if _ANSWER_RE.search(completion) else 0.0
-
-
-def task_accuracy(completion: str, answer: int | str) -> float:
-    """The demo task's strict score: right number in the required format."""
-    return correctness_reward(completion, answer) * format_reward(completion)
 
 
 def response(tier: str, answer: int, rng: random.Random) -> str:

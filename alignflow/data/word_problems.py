@@ -24,7 +24,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from alignflow.data.demo import TIER_SCORES, format_answer
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import TIER_SCORES
 
 INSTRUCTION = "End your reply with 'The answer is N.' where N is the number."
 NAMES = ("Sam", "Mia", "Ravi", "Lena", "Tom", "Aiko", "Omar", "Zoe", "Ivan", "Nora")

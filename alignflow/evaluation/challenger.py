@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from alignflow.data.answers import task_accuracy
 from alignflow.data.checks import as_text
-from alignflow.data.demo import task_accuracy
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import (
     bootstrap_mean,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from alignflow.data.demo import task_accuracy
+from alignflow.data.answers import task_accuracy
 
 Scorer = Callable[[Sequence[Any], Sequence[Any]], list[float]]
 Verdict = float | None

@@ -167,7 +167,7 @@ def check_answer_labels(
     """The labels against the pairs' own verifiable answers, overall and per slice: on pairs
     where exactly one side states the right number, is it the chosen one? None when no pair
     has an answer that decides."""
-    from alignflow.data.demo import correctness_reward
+    from alignflow.data.answers import correctness_reward
     from alignflow.evaluation.metrics import preference_pairs
     from alignflow.models.prompting import completion_text
 

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from alignflow.data.demo import task_accuracy
+from alignflow.data.answers import task_accuracy
 from alignflow.data.pairing import pairs_from_ranked
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.calibration import pairwise_report

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from alignflow.data import demo
+from alignflow.data.answers import correctness_reward, format_reward
 
 RewardFn = Callable[[str, str, str], float]
 
@@ -482,10 +483,10 @@ def create_math_problem_env(
     answers = {p["prompt"]: p["metadata"]["answer"] for p in problems}
 
     def correctness(prompt: str, generated: str, full_text: str) -> float:
-        return demo.correctness_reward(generated, answers[prompt])
+        return correctness_reward(generated, answers[prompt])
 
     def formatting(prompt: str, generated: str, full_text: str) -> float:
-        return demo.format_reward(generated)
+        return format_reward(generated)
 
     return MultiObjectiveRewardEnv(
         tokenizer,

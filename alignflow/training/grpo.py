@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig as TRLGRPOConfig
 from trl import GRPOTrainer
 
-from alignflow.data import demo
+from alignflow.data.answers import correctness_reward, format_reward
 from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
@@ -73,12 +73,12 @@ def _answers(kwargs: dict[str, Any], n: int) -> list[Any]:
 def correctness(prompts, completions, **kwargs) -> list[float]:
     """Demo verifier: 1 when the completion's number is the sum."""
     answers = _answers(kwargs, len(completions))
-    return [demo.correctness_reward(completion_text(c), a) for c, a in zip(completions, answers, strict=True)]
+    return [correctness_reward(completion_text(c), a) for c, a in zip(completions, answers, strict=True)]
 
 
 def answer_format(prompts, completions, **kwargs) -> list[float]:
     """Demo verifier: 1 when the completion says ``The answer is N.``."""
-    return [demo.format_reward(completion_text(c)) for c in completions]
+    return [format_reward(completion_text(c)) for c in completions]
 
 
 def reward_model_function(path: str, normalize: bool = True) -> RewardFn:

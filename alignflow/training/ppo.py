@@ -38,7 +38,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
 from alignflow import progress
-from alignflow.data import demo
+from alignflow.data.answers import correctness_reward, format_reward
 from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
@@ -103,11 +103,11 @@ class StageReward:
 
 
 def _correctness(prompts, responses, metadata) -> list[float]:
-    return [demo.correctness_reward(r, m["answer"]) for r, m in zip(responses, metadata, strict=True)]
+    return [correctness_reward(r, m["answer"]) for r, m in zip(responses, metadata, strict=True)]
 
 
 def _format(prompts, responses, metadata) -> list[float]:
-    return [demo.format_reward(r) for r in responses]
+    return [format_reward(r) for r in responses]
 
 
 def _scorer_component(scorer: Scorer) -> Component:
