@@ -28,6 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from alignflow.data import demo  # noqa: E402
+from alignflow.data.answers import correctness_reward, format_reward  # noqa: E402
 from alignflow.models import build_tiny_model, load_causal_lm  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -43,7 +44,7 @@ def _prompts(n: int = 64) -> tuple[list[str], dict[str, int]]:
 
 
 def _score(prompt: str, completion: str, answers: dict[str, int]) -> float:
-    return demo.correctness_reward(completion, answers[prompt]) + 0.5 * demo.format_reward(completion)
+    return correctness_reward(completion, answers[prompt]) + 0.5 * format_reward(completion)
 
 
 def _build_model(root: Path) -> Path:

@@ -94,21 +94,6 @@ def _retrain(workspace: Path, *overrides: str, force: bool = False) -> dict[str,
     return retrain(None, [*_base(workspace), *overrides], repo_dir=str(workspace), force=force)
 
 
-def fresh_demo_rows(data: Any, folder: Path, seed: int = 1) -> Path:
-    """Another draw of the demo's rows (correct labels), shaped as the data config asks."""
-    from alignflow.data.demo import write_demo_dataset
-
-    return write_demo_dataset(
-        folder,
-        n_pairs=data.demo_rows,
-        n_scored=data.demo_scored_rows,
-        seed=seed,
-        eval_fraction=data.eval_fraction,
-        phrasings=data.demo_phrasings,
-        task=data.demo_task,
-    )["demo"]
-
-
 def swapped_copy(source: Path, target: Path) -> Path:
     """The same rows with chosen and rejected swapped: a poisoned data version."""
     with source.open(encoding="utf-8") as src, target.open("w", encoding="utf-8") as out:
@@ -200,6 +185,7 @@ def judge_built_policy(
 def run_suite(workspace: Path) -> list[Challenger]:
     """Champion first, then every challenger; rows in the order they were judged."""
     from alignflow.config import load_config
+    from alignflow.data.demo import write_configured_demo
 
     config = load_config(None, _base(workspace))
     uri = config.tracking.resolved_uri()
@@ -247,7 +233,7 @@ def run_suite(workspace: Path) -> list[Challenger]:
         d = flipped["promotions"][role]
         rows.append(_outcome(uri, labels[role], role, "rejected", d["name"], d["version"]))
 
-    fresh = fresh_demo_rows(config.data, workspace / "fresh")
+    fresh = write_configured_demo(config.data, workspace / "fresh", seed=1)
     better = _retrain(workspace, f"data.source={fresh}", "sft.max_steps=700")
     d = better["promotions"]["policy"]
     rows.append(

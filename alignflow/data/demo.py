@@ -28,14 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from alignflow.data.answers import (  # noqa: F401 - the demo's callers import them from here too
-    ANSWER_TEMPLATE,
-    correctness_reward,
-    extract_answer,
-    format_answer,
-    format_reward,
-    task_accuracy,
-)
+from alignflow.data.answers import format_answer
 
 TIER_SCORES = {"best": 1.0, "sloppy": 0.5, "wrong": 0.0}
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
@@ -191,18 +184,24 @@ def write_demo_dataset(
     }
 
 
+def write_configured_demo(config: Any, out_dir: str | Path, seed: int = 0) -> Path:
+    """The demo input a data config asks for (its rows, scored rows, split, phrasings and
+    task), drawn with ``seed``, in ``out_dir``; the path of its ``demo.jsonl``."""
+    return write_demo_dataset(
+        out_dir,
+        n_pairs=config.demo_rows,
+        n_scored=config.demo_scored_rows,
+        seed=seed,
+        eval_fraction=config.eval_fraction,
+        phrasings=config.demo_phrasings,
+        task=config.demo_task,
+    )["demo"]
+
+
 def write_demo_source(config: Any, repo_dir: str | Path) -> Path:
     """The demo input a data config asks for, written where every run of a repo finds it.
 
     The path is relative to the repo (``.alignflow/demo-input``), and the manifest stores it
     that way, so the snapshot's bytes and its DVC md5 are the same in every clone.
     """
-    paths = write_demo_dataset(
-        Path(repo_dir) / ".alignflow" / "demo-input",
-        n_pairs=config.demo_rows,
-        n_scored=config.demo_scored_rows,
-        eval_fraction=config.eval_fraction,
-        phrasings=config.demo_phrasings,
-        task=config.demo_task,
-    )
-    return paths["demo"]
+    return write_configured_demo(config, Path(repo_dir) / ".alignflow" / "demo-input")

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import json
 
-from alignflow.data.demo import task_accuracy, write_demo_dataset
+from alignflow.data.answers import task_accuracy
+from alignflow.data.demo import write_demo_dataset
 from alignflow.data.split import assign_split, split_records
 from alignflow.data.validation import validate_paths
 

@@ -6,7 +6,8 @@ import json
 import random
 
 from alignflow.data import word_problems
-from alignflow.data.demo import task_accuracy, write_demo_dataset
+from alignflow.data.answers import task_accuracy
+from alignflow.data.demo import write_demo_dataset
 
 
 def test_the_universe_is_the_same_in_every_clone_and_every_answer_checks_out():

@@ -4,7 +4,8 @@ import mlflow
 import pytest
 import torch
 
-from alignflow.data.demo import correctness_reward, format_answer, format_reward, iter_demo_pairs
+from alignflow.data.answers import correctness_reward, format_answer, format_reward
+from alignflow.data.demo import iter_demo_pairs
 from alignflow.evaluation import evaluate, plots
 from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig

@@ -1,6 +1,6 @@
 import pytest
 
-from alignflow.data.demo import format_answer
+from alignflow.data.answers import format_answer
 from alignflow.evaluation import metrics
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, win_rate
 

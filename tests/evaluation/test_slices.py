@@ -3,7 +3,8 @@ against the champion has an interval that is honest for a handful of items."""
 
 import pytest
 
-from alignflow.data.demo import PHRASINGS, format_answer, iter_all_prompts, make_prompt
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import PHRASINGS, iter_all_prompts, make_prompt
 from alignflow.data.word_problems import all_problems
 from alignflow.evaluation.intervals import paired_bootstrap_difference, paired_difference
 from alignflow.evaluation.slices import group_items, item_slices, slice_changes

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from alignflow.data.demo import format_answer
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import write_configured_demo
 from alignflow.evaluation.contamination import PINNED_PROMPT_IN_TRAINING
 from alignflow.evaluation.label_check import LABEL_DISAGREEMENT
 from alignflow.registry.models import CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG, GATE_TAG_PREFIX, GATES_TAG
-from bench.promotion_bench import BETTER, _base, _retrain, fresh_demo_rows, run_suite, to_markdown
+from bench.promotion_bench import BETTER, _base, _retrain, run_suite, to_markdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -109,7 +110,8 @@ def test_a_narrow_backdoor_is_not_crowned_and_its_broken_slice_is_named(suite):
     before = {role: _versions(workspace, role) for role in ("policy", "reward")}
     from alignflow.config import load_config
 
-    fresh = fresh_demo_rows(load_config(None, _base(workspace)).data, workspace / "backdoor-draw")
+    data = load_config(None, _base(workspace)).data
+    fresh = write_configured_demo(data, workspace / "backdoor-draw", seed=1)
     source = _copy_rows(fresh, workspace / "backdoor.jsonl", _backdoor)
     summary = _retrain(workspace, f"data.source={source}")
     # overall the champion reward model agrees with the labels; on the two problems it does not

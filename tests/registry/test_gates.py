@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from alignflow.data.demo import format_answer, make_prompt
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import make_prompt
 from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model, put_estimate
 from alignflow.evaluation.intervals import Estimate, wilson
 from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from alignflow.data.demo import PHRASINGS, format_answer, iter_all_prompts
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import PHRASINGS, iter_all_prompts
 from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model
 from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge
 from alignflow.registry.promotion import (

@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from alignflow.data.demo import format_answer, make_prompt
+from alignflow.data.answers import format_answer
+from alignflow.data.demo import make_prompt
 from alignflow.models import load_causal_lm
 from alignflow.rl.environments import create_math_problem_env
 from alignflow.rl.ppo import AdaptiveKLController, PPOConfig, PPOModel, PPOTrainer, compute_gae

@@ -50,7 +50,8 @@ def task_accuracy_of():
 
 def _task_accuracy_of(model_dir: str | Path, n: int = 100, seed: int = 123) -> float:
     """Greedy demo-task accuracy (correct AND formatted) on fresh prompts."""
-    from alignflow.data.demo import iter_demo_prompts, task_accuracy
+    from alignflow.data.answers import task_accuracy
+    from alignflow.data.demo import iter_demo_prompts
     from alignflow.models import load_causal_lm
     from alignflow.models.prompting import generate
 
