@@ -21,6 +21,7 @@ from alignflow.data.checks import as_text
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import (
     bootstrap_mean,
+    disagreement,
     paired_bootstrap_difference,
     paired_bootstrap_ratio,
     put_estimate,
@@ -29,8 +30,10 @@ from alignflow.evaluation.intervals import (
 from alignflow.evaluation.judges import Judge, Scorer
 from alignflow.evaluation.metric_names import (
     GOLDEN,
+    REWARD_DISAGREEMENT_VS_CHAMPION,
     REWARD_SLICES_JUDGED,
     SLICES_JUDGED,
+    TASK_DISAGREEMENT_VS_CHAMPION,
     WORST_SLICE_REWARD_ACCURACY,
     WORST_SLICE_TASK_ACCURACY,
     golden_key,
@@ -144,6 +147,8 @@ def judge_policy_completions(
             info["policy_slices"] = _put_slices(metrics, WORST_SLICE_TASK_ACCURACY, SLICES_JUDGED, changes)
         put_estimate(metrics, golden_key(accuracy), wilson_of(their_scores))
         put_estimate(metrics, golden_key(gain), paired_bootstrap_difference(ours, their_scores, seed=seed))
+        if against == "champion":
+            metrics[TASK_DISAGREEMENT_VS_CHAMPION] = disagreement(ours, their_scores)
         put_estimate(
             metrics,
             golden_key(growth),
@@ -216,6 +221,7 @@ def judge_reward_model(
             golden_key("reward_accuracy_vs_champion"),
             paired_bootstrap_difference(ours, theirs, seed=seed),
         )
+        metrics[REWARD_DISAGREEMENT_VS_CHAMPION] = disagreement(ours, theirs)
         changes = reward_slices(pairs, ours, theirs, slice_fields, min_slice_items)
         info["reward_slices"] = _put_slices(
             metrics, WORST_SLICE_REWARD_ACCURACY, REWARD_SLICES_JUDGED, changes

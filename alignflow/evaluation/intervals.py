@@ -14,6 +14,8 @@ its threshold.
 - :func:`paired_difference`: the difference of two 0/1 shares on the same rows (a slice of the
   pinned set, challenger vs champion). Newcombe's hybrid score interval: sound for the handful
   of rows a slice holds, where a bootstrap of 3 flipped rows would claim a certain -1.
+- :func:`disagreement` and :func:`items_to_tell`: the power behind a "not clearly worse" gate,
+  i.e. how many pinned items a paired comparison needs to tell a given drop from a tie.
 """
 
 from __future__ import annotations
@@ -210,3 +212,28 @@ def paired_difference(
     low = difference - math.sqrt(max(0.0, down_a**2 - 2 * phi * down_a * up_b + up_b**2))
     high = difference + math.sqrt(max(0.0, up_a**2 - 2 * phi * up_a * down_b + down_b**2))
     return Estimate(difference, max(-1.0, low), min(1.0, high), n, "newcombe_paired")
+
+
+def disagreement(a: Sequence[float | None], b: Sequence[float | None]) -> float | None:
+    """Share of rows judged on both sides where two systems' 0/1 outcomes differ.
+
+    A paired difference's spread comes from these rows alone: two models that agree
+    everywhere need few items to be told apart, two that flip many items need many.
+    """
+    x, y = _paired(a, b)
+    return None if x.size == 0 else float(((x > 0.5) != (y > 0.5)).mean())
+
+
+def items_to_tell(drop: float, disagree: float, power: float = 0.8, confidence: float = CONFIDENCE) -> int:
+    """Paired items needed so that, with probability ``power``, a challenger tied with the
+    champion shows a lower bound above ``-drop`` (and one a full ``drop`` worse does not
+    pass by luck more often than the interval's tail), when the two disagree on a
+    ``disagree`` share of items. Normal approximation of the paired difference, whose
+    per-item variance under a tie is the disagreement share itself.
+    """
+    from statistics import NormalDist
+
+    if drop <= 0:
+        raise ValueError(f"drop must be positive, got {drop}")
+    z = _z(confidence) + NormalDist().inv_cdf(power)
+    return max(1, math.ceil(z * z * max(disagree, 0.0) / (drop * drop)))

@@ -92,6 +92,9 @@ LENGTH_GROWTH_RATIO = golden_key("length_growth_ratio")
 LENGTH_GROWTH_VS_CHAMPION = golden_key("length_growth_vs_champion")
 REWARD_ACCURACY = golden_key("reward_accuracy")
 REWARD_ACCURACY_VS_CHAMPION = golden_key("reward_accuracy_vs_champion")
+# share of pinned items where challenger and champion differ: the power of the two gates above
+TASK_DISAGREEMENT_VS_CHAMPION = golden_key("task_disagreement_vs_champion")
+REWARD_DISAGREEMENT_VS_CHAMPION = golden_key("reward_disagreement_vs_champion")
 # the worst slice of the pinned set (evaluation.slices): challenger minus champion on its items
 WORST_SLICE_TASK_ACCURACY = golden_key("worst_slice_task_accuracy_vs_champion")
 WORST_SLICE_REWARD_ACCURACY = golden_key("worst_slice_reward_accuracy_vs_champion")

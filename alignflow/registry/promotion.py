@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from mlflow import MlflowClient
 
-from alignflow.evaluation.intervals import BOUND_SUFFIXES
+from alignflow.evaluation.intervals import BOUND_SUFFIXES, items_to_tell
 from alignflow.evaluation.metric_names import (
     ANSWERS,
     CALIBRATION_ERROR,
@@ -42,10 +42,12 @@ from alignflow.evaluation.metric_names import (
     LENGTH_GROWTH_VS_CHAMPION,
     REWARD_ACCURACY,
     REWARD_ACCURACY_VS_CHAMPION,
+    REWARD_DISAGREEMENT_VS_CHAMPION,
     REWARD_SLICES_JUDGED,
     SLICES_JUDGED,
     TASK_ACCURACY_GAIN,
     TASK_ACCURACY_VS_CHAMPION,
+    TASK_DISAGREEMENT_VS_CHAMPION,
     WORST_SLICE_REWARD_ACCURACY,
     WORST_SLICE_TASK_ACCURACY,
     is_win_rate,
@@ -395,6 +397,40 @@ def _lost_example(change: Mapping[str, Any]) -> str:
     return f", e.g. {str(item['prompt'])[:80]!r}: {sides}"
 
 
+# a "not clearly worse than the champion" gate -> (its metric, the disagreement behind it, its setting)
+_POWER_OF = {
+    "task_accuracy_vs_champion": (
+        TASK_ACCURACY_VS_CHAMPION, TASK_DISAGREEMENT_VS_CHAMPION, "max_task_accuracy_regression"
+    ),
+    "reward_accuracy_vs_champion": (
+        REWARD_ACCURACY_VS_CHAMPION, REWARD_DISAGREEMENT_VS_CHAMPION, "max_reward_accuracy_regression"
+    ),
+}  # fmt: skip
+POWER = 0.8
+
+
+def power_details(metrics: Mapping[str, float], config: PromotionConfig) -> dict[str, str]:
+    """The power of each "not clearly worse" gate, in words: the pinned items it needs to tell
+    its allowed drop from a tie (80% of the time, at the observed disagreement) against the
+    items it had. Too few items: a challenger as good as the champion can fail by chance."""
+    details = {}
+    for gate, (metric, disagreement_key, setting) in _POWER_OF.items():
+        drop, share, n = (
+            getattr(config, setting),
+            _number(metrics, disagreement_key),
+            _number(metrics, metric + "/n"),
+        )
+        if not drop or share is None or not n:
+            continue
+        needed = items_to_tell(drop, share, POWER)
+        enough = "enough" if n >= needed else "too few: a tie can fail by chance; grow the pinned set"
+        details[gate] = (
+            f"power: the two differ on {share:.1%} of {int(n)} items; telling a {drop:g} drop from a tie "
+            f"{POWER:.0%} of the time needs {needed} ({enough})"
+        )
+    return details
+
+
 def release_result(policy_promoted: bool) -> GateResult:
     """``release: together``: the reward model goes with its run's policy, or not at all."""
     value = 1.0 if policy_promoted else 0.0
@@ -428,8 +464,9 @@ def decide(
     has_answers = (_number(metrics, ANSWERS) or 0) > 0
     judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
     gates = gates_for(config, role, has_champion, judges, has_answers, human, _slices_judged(metrics, role))
+    details = {**power_details(metrics, config), **(details or {})}
     results = [
-        replace(r, detail=(details or {}).get(r.name, r.detail))
+        replace(r, detail=details.get(r.name, r.detail))
         for r in check_gates(judged, gates, config.min_judged_rows)
     ]
     if role == "reward" and policy_promoted is False and config.release == "together":

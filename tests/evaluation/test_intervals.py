@@ -6,6 +6,8 @@ import pytest
 from alignflow.evaluation.intervals import (
     Estimate,
     bootstrap_mean,
+    disagreement,
+    items_to_tell,
     paired_bootstrap_difference,
     paired_bootstrap_ratio,
     wilson,
@@ -215,3 +217,41 @@ def test_welch_difference_covers_the_true_gain_and_says_n():
     estimate = welch_difference(a, b)
     assert estimate.low < 0.2 < estimate.high and estimate.low > 0.1 and estimate.n == 50
     assert welch_difference([0.5], b).value is None  # one rating has no spread to speak of
+
+
+# ---------------------------------------------------------------- power of "not clearly worse"
+
+
+def test_disagreement_counts_rows_where_exactly_one_side_is_right_and_skips_unjudged():
+    assert disagreement([1, 1, 0, 0, None], [1, 0, 1, 0, 1]) == 0.5
+    assert disagreement([1, 1], [1, 1]) == 0.0
+    assert disagreement([None], [1]) is None
+
+
+def test_items_needed_grow_with_disagreement_and_with_a_finer_drop():
+    assert items_to_tell(0.05, 0.1) > items_to_tell(0.05, 0.03) > items_to_tell(0.1, 0.03)
+    assert items_to_tell(0.05, 0.0) == 1  # two systems that agree everywhere: any item tells
+    with pytest.raises(ValueError, match="positive"):
+        items_to_tell(0.0, 0.1)
+
+
+def _share_passing(n: int, disagree: float, drop: float, shortfall: float = 0.0, trials: int = 300) -> float:
+    """Simulated paired comparisons of a challenger trailing by ``shortfall``: the share whose
+    bootstrap lower bound clears ``-drop`` (the task gate's rule)."""
+    rng = np.random.default_rng(7)
+    passed = 0
+    for trial in range(trials):
+        up, down = (disagree - shortfall) / 2, (disagree + shortfall) / 2
+        step = rng.choice([1.0, -1.0, 0.0], size=n, p=[up, down, 1 - up - down])
+        ours, theirs = (step > 0).astype(float), (step < 0).astype(float)
+        low = paired_bootstrap_difference(ours, theirs, resamples=400, seed=trial).low
+        passed += low >= -drop
+    return passed / trials
+
+
+def test_the_items_it_names_pass_a_true_tie_about_as_often_as_promised():
+    n = items_to_tell(0.05, 0.1)  # about 314 items
+    assert 0.7 <= _share_passing(n, 0.1, 0.05) <= 0.92
+    assert _share_passing(n // 4, 0.1, 0.05) < 0.5  # a quarter of them: a tie often fails
+    # and a challenger a full drop worse still fails about as often as the interval's tail says
+    assert _share_passing(n, 0.1, 0.05, shortfall=0.05) < 0.1

@@ -309,6 +309,25 @@ def test_decide_rejects_a_regression_and_names_the_failed_gates():
     assert "task_accuracy_vs_champion: -0.2 [-0.3, -0.1] n=120, lower bound needs >= -0.05" in decision.reason
 
 
+def test_a_not_clearly_worse_gate_states_its_power_and_says_when_the_pinned_set_is_too_small():
+    # challenger and champion differ on 3% of items: telling a 0.05 drop from a tie needs ~95 items
+    slip = estimate(-0.03, -0.06, -0.008, n=130)
+    enough = (
+        GOOD_CHALLENGER
+        | golden(task_accuracy_vs_champion=slip)
+        | {"golden/task_disagreement_vs_champion": 0.03}
+    )
+    decision = decide("p", "2", enough, CONFIG, "policy", "1", ["champion_reward"])
+    assert names(decision.failed) == ["task_accuracy_vs_champion"]
+    assert "differ on 3.0% of 130 items" in decision.reason
+    assert "needs 95 (enough)" in decision.reason
+    few = enough | golden(task_accuracy_vs_champion=estimate(-0.03, -0.12, 0.05, n=40))
+    decision = decide("p", "2", few, CONFIG, "policy", "1", ["champion_reward"])
+    assert "needs 95 (too few: a tie can fail by chance; grow the pinned set)" in decision.reason
+    noisy = enough | {"golden/task_disagreement_vs_champion": 0.2}  # more disagreement, more items
+    assert "needs 628 (too few" in decide("p", "2", noisy, CONFIG, "policy", "1", ["champion_reward"]).reason
+
+
 def test_decide_uses_first_policy_gates_when_the_champion_is_the_version_itself():
     decision = decide("p", "1", FIRST_POLICY, CONFIG, "policy", "1", ["champion_reward"])
     assert decision.promoted, decision.reason
