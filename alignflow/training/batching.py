@@ -5,8 +5,9 @@ random, a batch pads every row to its longest one, and on real data (HH-RLHF) mo
 step's compute goes into padding. transformers' ``group_by_length`` sampler draws
 mega-batches at random and sorts each by length, but it reads the length of one
 ``input_ids`` column, and the preference trainers keep their tokens in several
-(``prompt_ids`` + ``chosen_ids``/``rejected_ids``). :class:`LengthGroupedMixin` gives the
-sampler the width a row really pads to.
+(``prompt_ids`` + ``chosen_ids``/``rejected_ids``; TRL's older pair trainers, ORPO and CPO,
+whole ``chosen_input_ids``/``rejected_input_ids`` sequences with the prompt in them).
+:class:`LengthGroupedMixin` gives the sampler the width a row really pads to.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import numpy as np
 # a row's body: the widest of these is what its batch pads to (chosen and rejected share a batch)
 BODY_COLUMNS = ("input_ids", "chosen_ids", "rejected_ids", "completion_ids")
 PREFIX_COLUMN = "prompt_ids"
+# whole sequences, prompt included (ORPO's and CPO's rows; their prompt_input_ids is not added)
+SEQUENCE_COLUMNS = ("chosen_input_ids", "rejected_input_ids")
 
 
 def padded_lengths(dataset: Any, max_length: int | None = None) -> list[int] | None:
-    """Per row, the tokens it pads to in a batch: its prompt plus its widest body column, at most
-    ``max_length`` (the trainers' collators truncate there).
+    """Per row, the tokens it pads to in a batch: its prompt plus its widest body column (or its
+    widest whole sequence), at most ``max_length`` (the trainers' collators truncate there).
 
     None when the dataset holds no token columns (raw text, a prompt-only dataset).
     """
@@ -32,12 +35,17 @@ def padded_lengths(dataset: Any, max_length: int | None = None) -> list[int] | N
     if not isinstance(dataset, Dataset):
         return None
     body = [c for c in BODY_COLUMNS if c in dataset.column_names]
-    if not body:
+    whole = [c for c in SEQUENCE_COLUMNS if c in dataset.column_names]
+    if not body and not whole:
         return None
     table = dataset.with_format("arrow")[:]
-    widths = np.max([_list_lengths(pc, table.column(c)) for c in body], axis=0)
-    if PREFIX_COLUMN in dataset.column_names:
-        widths = widths + _list_lengths(pc, table.column(PREFIX_COLUMN))
+    widths = np.zeros(len(dataset), dtype=np.int64)
+    if body:
+        widths = np.max([_list_lengths(pc, table.column(c)) for c in body], axis=0)
+        if PREFIX_COLUMN in dataset.column_names:
+            widths = widths + _list_lengths(pc, table.column(PREFIX_COLUMN))
+    for column in whole:
+        widths = np.maximum(widths, _list_lengths(pc, table.column(column)))
     if max_length:
         widths = np.minimum(widths, max_length)
     return widths.astype(int).tolist()

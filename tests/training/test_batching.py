@@ -40,6 +40,20 @@ def test_padded_length_is_the_prompt_plus_the_wider_answer_capped_at_max_length(
     assert padded_lengths(Dataset.from_list([{"prompt": "text only"}])) is None
 
 
+def test_whole_sequences_of_orpo_and_cpo_rows_are_what_they_pad_to():
+    """TRL's older pair trainers keep prompt + answer in one column per side; the prompt's own
+    column is not added again."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    rows = [([1, 1], [1, 1, 2, 2, 2], [1, 1, 3]), ([1], [1, 2], [1, 3, 3, 3, 3, 3])]
+    data = Dataset.from_list(
+        [{"prompt_input_ids": p, "chosen_input_ids": c, "rejected_input_ids": r} for p, c, r in rows]
+    )
+    assert padded_lengths(data) == [5, 6]
+    assert padded_lengths(data, max_length=4) == [4, 4]
+    assert isinstance(_Trainer(data, "group_by_length")._get_train_sampler(), LengthGroupedSampler)
+
+
 class _Base:
     def _get_train_sampler(self, train_dataset=None):
         return "the base class's sampler"
