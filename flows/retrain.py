@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.pipeline_record import run_name
 from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
+from alignflow.training.chain import ChainStep, model_dir, run_chain, steps_for
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
 from flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
@@ -180,29 +182,26 @@ class Stages:
 
 def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
     uri = config.tracking.resolved_uri()
-    sft = sft_dir = None
     # which train rows SFT and the reward model read is an input of theirs (their own config
     # sections do not hold `policy.reward_data`): it goes into their cache keys
     rows = "|rows=disjoint-halves" if config.policy.reward_data == "disjoint" else ""
-    if config.policy.run_sft:
-        sft = stages.run("sft", stages.inputs("sft", rows))
-        sft_dir = sft["model_dir"]
-    # a reward model on the policy's backbone starts from the SFT model (as in InstructGPT):
-    # it already reads the task, so the preference head learns from few pairs
-    # (not with disjoint data: the SFT model has read the policy's half)
-    reward_init = sft_dir if config.reward.backbone == "policy" and not rows else None
-    reward_inputs = stages.inputs("reward", f"init={reward_init or ''}{rows}", model_path=reward_init)
-    reward = stages.run("reward", reward_inputs)
+    reward_key: list[str] = []  # the reward step's cache folder: the policy's key names it
 
-    policy = stages.run(
-        "policy",
-        stages.inputs(
-            "policy",
-            f"sft={sft_dir or ''}|reward={reward_inputs.output_dir}",
-            config_json=with_reward_model(stages.config_json, reward["model_dir"]),
-            model_path=sft_dir,
-        ),
-    )
+    def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> dict[str, Any]:
+        if step.role == "sft":
+            return stages.run("sft", stages.inputs("sft", rows))
+        if step.role == "reward":
+            inputs = stages.inputs("reward", f"init={start or ''}{rows}", model_path=start)
+            reward_key.append(inputs.output_dir)
+            return stages.run("reward", inputs)
+        upstream = f"sft={start or ''}|reward={reward_key[0]}"
+        config_json = with_reward_model(stages.config_json, model_dir(done["reward"]))
+        return stages.run(
+            "policy", stages.inputs("policy", upstream, config_json=config_json, model_path=start)
+        )
+
+    trained_chain = run_chain(steps_for(config), execute)
+    sft, reward, policy = trained_chain.get("sft"), trained_chain["reward"], trained_chain["policy"]
 
     reference = evaluation_reference(config, sft, policy)
     champ_dir, champ_version = champion_copy(uri, config.project, stages.out_root)

@@ -11,6 +11,7 @@ prompt the hash holds out, that stand-in goes back to train.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from alignflow.data.checks import as_text
@@ -19,6 +20,24 @@ from alignflow.data.checks import as_text
 def prompt_key(prompt: Any) -> str:
     """The text a prompt is compared by: plain text as is, messages as sorted-key JSON."""
     return as_text(prompt) or ""
+
+
+def distinct_prompt_rows(
+    records: Iterable[Mapping[str, Any]], limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Each distinct prompt once, in order of first appearance, with its first record's metadata
+    (answers, slices); at most ``limit``. What a policy is asked on a split."""
+    seen: set[str] = set()
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        prompt = record.get("prompt")
+        if prompt is None or prompt_key(prompt) in seen:
+            continue
+        seen.add(prompt_key(prompt))
+        rows.append({"prompt": prompt, "metadata": record.get("metadata") or {}})
+        if len(rows) == limit:
+            break
+    return rows
 
 
 def prompt_fraction(prompt: Any, seed: int = 0) -> float:

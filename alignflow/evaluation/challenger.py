@@ -239,9 +239,9 @@ def golden_rows(
     records: Sequence[Mapping[str, Any]], limit: int
 ) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
     """Distinct pinned prompts, their answers and their rows' metadata (declared slices)."""
-    from alignflow.evaluation.evaluate import held_out_prompts
+    from alignflow.data.split import distinct_prompt_rows
 
-    rows = held_out_prompts(records, limit)
+    rows = distinct_prompt_rows(records, limit)
     metadata = [dict(r["metadata"] or {}) for r in rows]
     return [r["prompt"] for r in rows], [m.get("answer") for m in metadata], metadata
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from alignflow.data.checks import as_text, check_record
 from alignflow.data.normalize import RowError, normalize_row
+from alignflow.data.split import distinct_prompt_rows
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
@@ -61,21 +62,6 @@ def checked_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
 
 def held_out_pairs(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
     return preference_pairs(records)[:limit]
-
-
-def held_out_prompts(records: Sequence[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
-    """The first ``limit`` distinct prompts, each with its record's metadata (answers)."""
-    seen: set[str] = set()
-    rows = []
-    for record in records:
-        key = repr(record.get("prompt"))
-        if record.get("prompt") is None or key in seen:
-            continue
-        seen.add(key)
-        rows.append({"prompt": record["prompt"], "metadata": record.get("metadata") or {}})
-        if len(rows) == limit:
-            break
-    return rows
 
 
 def evaluate_reward_model(
@@ -243,7 +229,7 @@ def evaluate_policy(
     ``champion`` is ``(model, tokenizer)`` of the current champion, or None.
     """
     config = config or EvaluationConfig()
-    rows = held_out_prompts(records, config.max_prompts)
+    rows = distinct_prompt_rows(records, config.max_prompts)
     if not rows:
         raise ValueError("no held-out prompts to evaluate the policy on")
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]

@@ -1,9 +1,10 @@
 """Spec 002's Step 2: ``RLHFTrainer(config).train(feedbacks, output_dir)``, on the pipeline's stages.
 
-One call runs the chain the retraining flow runs, in this process and without an
-orchestrator: feedback -> snapshot (split by prompt, every row kept) -> reward stage
-(regression on ratings, Bradley-Terry on comparisons, both when both are there) -> PPO
-stage on the training prompts -> the policy's reward on the held-out prompts.
+One call runs the training chain (:mod:`alignflow.training.chain`, the plan the retraining
+flow runs) in this process and without an orchestrator: feedback -> snapshot (split by
+prompt, every row kept) -> reward stage (regression on ratings, Bradley-Terry on comparisons,
+both when both are there; or the reward model given) -> PPO stage on the training prompts ->
+the policy's reward on the chain's held-out prompts.
 
 ``output_dir`` ends up holding ``policy/`` (a plain transformers model + tokenizer),
 ``reward_model/``, ``training_results.json``, and the stages' own folders (``data/``,
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from alignflow.data.split import prompt_key
 from alignflow.rlhf.feedback import feedback_records, write_snapshot
 from alignflow.rlhf.pipeline import pipeline_config, ppo_settings, reward_settings
 from alignflow.rlhf.result import RESULTS_FILE, TrainingResult
@@ -76,17 +76,6 @@ def check_reward_source(reward_model_path: str | Path | None, reward_model: Any)
         )
 
 
-def held_out_prompts(data_dir: Path) -> list[Any]:
-    """Distinct prompts of the eval split, in order (the train split's when eval is empty)."""
-    from alignflow.data.snapshot import load_split
-
-    for split in ("eval", "train"):
-        prompts = {prompt_key(r["prompt"]): r["prompt"] for r in load_split(data_dir, split)}
-        if prompts:
-            return list(prompts.values())
-    return []
-
-
 def _reward_rows(data_dir: Path, mode: str) -> int:
     """How many training rows the reward stage sees in ``mode`` (ratings, pairs, or both)."""
     from alignflow.data.pairing import load_pairs
@@ -137,11 +126,18 @@ class RLHFTrainer:
         out = Path(output_dir)
         data_dir, data_version = write_snapshot(records, out, config.eval_fraction)
 
-        reward_dir, scorer = self._reward_model(plan, data_dir, out, device, reward_model_path, reward_model)
+        from alignflow.training.chain import ChainStep, chain_steps, run_chain
         from alignflow.training.ppo import load_history, run_ppo
 
-        ppo_config = pipeline_config(plan.overrides(), ppo_settings(config, reward_dir, device))
-        stage = run_ppo(ppo_config, data_dir, out / PPO_STAGE, reward_scorer=scorer)
+        def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> Any:
+            if step.role == "reward":  # (its folder, a scorer to use in its place or None)
+                return self._reward_model(plan, data_dir, out, device, reward_model_path, reward_model)
+            reward_dir, scorer = done["reward"]
+            ppo_config = pipeline_config(plan.overrides(), ppo_settings(config, reward_dir, device))
+            return run_ppo(ppo_config, data_dir, out / PPO_STAGE, reward_scorer=scorer)
+
+        trained = run_chain(chain_steps(run_sft=False, algorithm="ppo"), execute)
+        (reward_dir, _), stage = trained["reward"], trained["policy"]
         policy_dir = link_tree(stage.model_dir, out / POLICY)
         history = load_history(out / PPO_STAGE)
         steps = int(stage.metrics["global_step"])
@@ -208,9 +204,10 @@ class RLHFTrainer:
         self, policy_dir: Path, reward_dir: Path, data_dir: Path, reward_model: Any, device: str
     ) -> Any:
         from alignflow.evaluation.policy_reward import policy_reward
+        from alignflow.training.chain import held_out_prompts
 
         scorer = reward_model.score if reward_model is not None else None
-        prompts = held_out_prompts(data_dir)
+        prompts = [row["prompt"] for row in held_out_prompts(data_dir)]
         return policy_reward(
             policy_dir,
             reward_dir,

@@ -1,16 +1,16 @@
 """The built-in launcher: trains a reward model and a policy with the library, no orchestrator.
 
-It lets the service work on its own (and in tests). The chain mirrors the retraining flow
-without its gates: feedback export -> snapshot -> (SFT) -> reward stage -> policy stage (the
-job's algorithm) -> the policy's reward on held-out prompts -> one MLflow run with both
+It lets the service work on its own (and in tests): feedback export -> snapshot -> the
+training chain (:mod:`alignflow.training.chain`, the same plan the retraining flow runs, here
+without its gates) -> the policy's reward on held-out prompts -> one MLflow run with both
 models registered under the agent's names. A deployment that runs the Prefect flow (and
 its promotion gates) injects :class:`flows.feedback_launcher.RetrainFlowLauncher` instead.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,13 @@ from alignflow.service.policies import job_metrics, record_training
 def run_library_stage(
     stage: str, config: Any, data_dir: Path, output_dir: Path, model_path: str | None = None
 ) -> Any:
-    """``alignflow.training.<stage>.run_<stage>(config, data_dir, output_dir, model_path)``."""
-    module = importlib.import_module(f"alignflow.training.{stage}")
-    return getattr(module, f"run_{stage}")(config, data_dir, output_dir, model_path)
+    """The registered stage's runner, in this process: ``run(config, data_dir, output_dir, model_path)``."""
+    from alignflow.training.registry import stage_spec
+
+    return stage_spec(stage).load_runner()(config, data_dir, output_dir, model_path)
 
 
-def held_out_prompts(data_dir: Path, limit: int) -> list[Any]:
-    from alignflow.data.snapshot import load_split
-    from alignflow.evaluation.evaluate import held_out_prompts as distinct
-
-    return [row["prompt"] for row in distinct(load_split(data_dir, "eval"), limit)]
+STEP_FOLDERS = {"sft": "sft", "reward": "reward_model", "policy": "policy"}
 
 
 class LocalTrainingLauncher:
@@ -60,24 +57,32 @@ class LocalTrainingLauncher:
     def launch(self, request: TrainingRequest) -> TrainingOutcome:
         from alignflow.config import PipelineConfig, with_reward_model
         from alignflow.evaluation.policy_reward import policy_reward
+        from alignflow.training.chain import ChainStep, held_out_prompts, model_dir, run_chain, steps_for
 
         started = time.perf_counter()
         out = Path(request.output_dir)
         data_dir = out / "data"
         data_version = write_feedback_snapshot(Path(request.dataset_path), data_dir)
         config = self.pipeline_config(request)
-        sft_dir = None
-        if config.policy.run_sft:
-            sft_dir = run_library_stage("sft", config, data_dir, out / "sft").model_dir
-        reward_init = sft_dir if config.reward.backbone == "policy" else None
-        reward = run_library_stage("reward", config, data_dir, out / "reward_model", reward_init)
-        policy_config = PipelineConfig.model_validate(
-            with_reward_model(config.model_dump(mode="json"), reward.model_dir)
-        )
-        policy_started = time.perf_counter()
-        policy = run_library_stage(config.policy.algorithm, policy_config, data_dir, out / "policy", sft_dir)
-        policy_seconds = time.perf_counter() - policy_started
-        prompts = held_out_prompts(data_dir, config.evaluation.max_prompts)
+
+        seconds: dict[str, float] = {}
+
+        def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> Any:
+            step_config = config
+            if step.role == "policy":  # scores with the reward stage's model where it says @reward
+                step_config = PipelineConfig.model_validate(
+                    with_reward_model(config.model_dump(mode="json"), model_dir(done["reward"]))
+                )
+            began = time.perf_counter()
+            result = run_library_stage(
+                step.stage, step_config, data_dir, out / STEP_FOLDERS[step.role], start
+            )
+            seconds[step.role] = time.perf_counter() - began
+            return result
+
+        trained = run_chain(steps_for(config), execute)
+        reward, policy = trained["reward"], trained["policy"]
+        prompts = [row["prompt"] for row in held_out_prompts(data_dir, config.evaluation.max_prompts)]
         stats = policy_reward(policy.model_dir, reward.model_dir, prompts, config.evaluation.max_new_tokens)
         steps = int(policy.metrics["global_step"])
         metrics = job_metrics(
@@ -85,7 +90,7 @@ class LocalTrainingLauncher:
             steps,
             stats.mean,
             stats.std,
-            policy_seconds,
+            seconds["policy"],
             time.perf_counter() - started,
         )
         policy_dir, reward_dir = Path(policy.model_dir), Path(reward.model_dir)

@@ -6,6 +6,7 @@ import torch
 
 from alignflow.data.answers import correctness_reward, format_answer, format_reward
 from alignflow.data.demo import iter_demo_pairs
+from alignflow.data.split import distinct_prompt_rows
 from alignflow.evaluation import evaluate, plots
 from alignflow.evaluation.challenger import judge_policy_completions
 from alignflow.evaluation.config import EvaluationConfig
@@ -63,7 +64,7 @@ def _pinned_decision(prompts, metadata, policy, reference, champion, scorer):
 
 
 def test_worse_challenger_completions_fail_the_champion_gate(eval_records, scorer):
-    rows = evaluate.held_out_prompts(eval_records, 40)
+    rows = distinct_prompt_rows(eval_records, 40)
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
     right = [format_answer(m["answer"]) for m in metadata]
     wrong = [format_answer(m["answer"] + 1) for m in metadata]
@@ -95,7 +96,7 @@ def test_worse_challenger_completions_fail_the_champion_gate(eval_records, score
 
 
 def test_length_blow_up_is_reported(eval_records):
-    rows = evaluate.held_out_prompts(eval_records, 10)
+    rows = distinct_prompt_rows(eval_records, 10)
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
     short = [format_answer(m["answer"]) for m in metadata]
     long = [s + " " + "and so on " * 10 for s in short]

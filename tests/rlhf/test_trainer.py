@@ -35,10 +35,10 @@ def learned(tmp_path_factory, feedback_list) -> tuple[Path, TrainingResult]:
 
 def test_ppo_raises_the_reward_on_held_out_prompts(learned):
     from alignflow.evaluation.policy_reward import policy_reward
-    from alignflow.rlhf.trainer import held_out_prompts
+    from alignflow.training.chain import held_out_prompts
 
     out, result = learned
-    prompts = held_out_prompts(out / "data")
+    prompts = [row["prompt"] for row in held_out_prompts(out / "data")]
     train_prompts = {json.loads(line)["prompt"] for line in (out / "feedback.jsonl").read_text().splitlines()}
     assert prompts and result.final_reward_n == len(prompts) < len(train_prompts)
     before = policy_reward(out / "ppo_stage" / "base-model", out / "reward_model", prompts, max_new_tokens=6)
