@@ -150,3 +150,4 @@ _builtin(
     config="alignflow.training.ppo_config:PPOStageConfig",
     reward_overrides=(f"ppo.reward_model='{REWARD_STAGE_REF}'", "ppo.verifiable_rewards=[]"),
 )
+_builtin("simpo", distributed=True, needs_pairs=True, config="alignflow.training.simpo_config:SimPOConfig")

@@ -1,0 +1,127 @@
+"""SimPO with TRL: the CPO trainer with ``loss_type="simpo"``, no reference model.
+
+The policy starts from the SFT model and trains on the same pairs as DPO
+(``format_prompt(prompt)`` + chosen/rejected). SimPO's reward is an answer's mean per-token
+log-probability, so there is no reference to compute or cache. TRL's CPO trainer cuts only
+the answer to ``max_length``; the prompt is cut here first, from its start, to
+``simpo.prompt_budget`` tokens, so every row keeps answer tokens to average.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from alignflow.data.halves import rows_for
+from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
+from alignflow.data.snapshot import load_split
+from alignflow.errors import InputError
+from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.prompting import cut_prompt_text
+from alignflow.training.batching import LengthGroupedMixin
+from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.dpo import pair_dataset
+from alignflow.training.stage import (
+    StageResult,
+    begin_stage,
+    filter_known_args,
+    finish_stage,
+    require_length_fits,
+    resolve_start_model,
+    trainer_arguments,
+)
+from alignflow.training.tracking import TrackingCallback
+
+STAGE = "simpo"
+
+
+def _trainer_class() -> tuple[type, type]:
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+
+    class AlignflowSimPOTrainer(StageTrainerMixin, LengthGroupedMixin, CPOTrainer):
+        """TRL's (experimental) CPOTrainer with atomic checkpoints and length-grouped batches."""
+
+    return AlignflowSimPOTrainer, CPOConfig
+
+
+def simpo_pairs(pairs: list[dict[str, Any]], tokenizer: Any, prompt_budget: int) -> Dataset:
+    """Prompt/chosen/rejected rows, each prompt cut from its start to at most ``prompt_budget``
+    tokens as the trainer reads it (it puts the BOS token in front of the prompt's own)."""
+    budget = prompt_budget - int(tokenizer.bos_token_id is not None)
+    if budget < 1:
+        raise InputError(f"simpo: a prompt budget of {prompt_budget} tokens leaves none for the prompt")
+    dataset = pair_dataset(pairs, tokenizer)
+    return dataset.map(lambda row: {"prompt": cut_prompt_text(tokenizer, row["prompt"], budget)})
+
+
+def build_trainer(
+    config: Any, seed: int, data_dir: str | Path, output_dir: Path, model_path: str | Path | None = None
+) -> Any:
+    """The SimPO trainer on the snapshot's train pairs (and eval pairs, if any), ready to train."""
+    stage = config.simpo
+    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
+    require_rows(pairs, data_dir, "train", "pair/scored/ranked")
+    eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    train_ds = simpo_pairs(pairs, tokenizer, stage.prompt_budget)
+    eval_ds = simpo_pairs(eval_pairs, tokenizer, stage.prompt_budget) if eval_pairs else None
+
+    trainer_cls, args_cls = _trainer_class()
+    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
+    kwargs.update(
+        loss_type="simpo",
+        beta=stage.beta,
+        simpo_gamma=stage.gamma,
+        cpo_alpha=stage.cpo_alpha,
+        label_smoothing=stage.label_smoothing,
+        max_length=stage.max_length,
+        dataset_num_proc=None,
+        remove_unused_columns=False,  # the trainer's pair collator reads its own columns
+    )
+    # a model object, not a path: given a path and init kwargs, the CPO trainer would load it
+    # with device_map="auto"
+    model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
+    trainer = trainer_cls(
+        model=model,
+        args=args_cls(**filter_known_args(args_cls, kwargs)),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config(config.model),
+        callbacks=[TrackingCallback({STAGE: stage.model_dump(), "model": config.model.model_dump()})],
+    )
+    require_length_fits(trainer.model, tokenizer, stage.max_length, "simpo.max_length", start)
+    return trainer
+
+
+def run_simpo(
+    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+) -> StageResult:
+    """SimPO on the policy at ``model_path`` (normally the SFT model)."""
+    stage = config.simpo
+    seed, output_dir = begin_stage(stage, config.seed, output_dir)
+    trainer = build_trainer(config, seed, data_dir, output_dir, model_path)
+    has_eval = trainer.eval_dataset is not None
+    metrics: dict[str, float] = {}
+    if has_eval:
+        metrics.update(eval_metrics(trainer.evaluate(), "before_"))
+    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
+    metrics["train_loss"] = output.training_loss
+    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
+    if has_eval:
+        metrics.update(eval_metrics(trainer.evaluate(), ""))
+    model_dir = save_final_model(trainer, output_dir)
+    return finish_stage(STAGE, output_dir, model_dir, metrics, resumed_from)
+
+
+def eval_metrics(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
+    """``eval_rewards/accuracies`` -> ``eval/<prefix>rewards/accuracies`` (DPO's names); numbers only."""
+    return {
+        f"eval/{prefix}{key.removeprefix('eval_')}": float(value)
+        for key, value in metrics.items()
+        if key.startswith("eval_") and isinstance(value, int | float) and not isinstance(value, bool)
+    }
