@@ -66,3 +66,58 @@ def test_losses_sit_below_the_research_api_and_stages_below_the_pipeline_config(
     graph = package_graph()
     assert "alignflow.rl" not in graph["alignflow.losses"]
     assert "alignflow.config" not in graph["alignflow.training"]
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules a file imports when it runs (``if TYPE_CHECKING:`` blocks left out;
+    ``from package import module`` counts the module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found & modules
+
+
+def module_graph() -> dict[str, set[str]]:
+    paths = {}
+    for root in ("alignflow", "flows", "tasks"):
+        for path in (REPO / root).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            paths[name] = path
+    return {name: _runtime_imports(path, set(paths)) - {name} for name, path in paths.items()}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that reach each other through imports (strongly connected, size > 1)."""
+    reach = {m: set() for m in graph}
+    for start in graph:
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in reach[start]:
+                reach[start].add(module)
+                todo.extend(graph.get(module, ()))
+    circles = {frozenset({m} | {o for o in reach[m] if m in reach[o]}) for m in graph if m in reach[m]}
+    return sorted(sorted(c) for c in circles)
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert import_circles(module_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_third_module():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 
 ANSWER_TEMPLATE = "The answer is {answer}."
+# the grades of the tasks' synthetic responses: the right answer in the format, the right
+# number said loosely, a wrong number (the scored rows' scores; pairs prefer the higher)
+TIER_SCORES = {"best": 1.0, "sloppy": 0.5, "wrong": 0.0}
 _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
 _ANY_NUMBER_RE = re.compile(r"-?\d+")
 

@@ -28,9 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from alignflow.data.answers import format_answer
+from alignflow.data.answers import TIER_SCORES, format_answer
 
-TIER_SCORES = {"best": 1.0, "sloppy": 0.5, "wrong": 0.0}
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 # annotators mostly compared two unformatted answers: SFT on chosen learns the sloppy format
 _PAIR_WEIGHTS = (1, 1, 3)

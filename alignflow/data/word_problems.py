@@ -24,8 +24,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from alignflow.data.answers import format_answer
-from alignflow.data.demo import TIER_SCORES
+from alignflow.data.answers import TIER_SCORES, format_answer
 
 INSTRUCTION = "End your reply with 'The answer is N.' where N is the number."
 NAMES = ("Sam", "Mia", "Ravi", "Lena", "Tom", "Aiko", "Omar", "Zoe", "Ivan", "Nora")
