@@ -88,6 +88,8 @@ class RetrainFlowLauncher:
             None if policy["cached"] else policy["compute_seconds"],
             None if policy["cached"] else time.perf_counter() - started,
         )
+        if model_version.run_id is None:
+            raise RuntimeError(f"{name} version {version} names no run to record the job on")
         record_job(uri, model_version.run_id, metrics, request.timing_tags)
         decision = summary.get("promotions", {}).get("policy") or {}
         reward = _stage(summary, "reward")

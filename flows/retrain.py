@@ -15,7 +15,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from flows.run_log import (
 )
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
+from flows.sync_calls import resolved
 from flows.unchanged import (
     OUTCOME_TAG,
     current_champion,
@@ -93,11 +95,13 @@ def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[
     pool = config.orchestration.work_pools.get(stage)
     if pool is None:
         return stage_flow(inputs)
-    flow_run = run_deployment(
-        name=f"{stage_flow.name}/{config.orchestration.deployment_name}",
-        parameters={"inputs": inputs.model_dump(mode="json")},
-        timeout=config.orchestration.stage_timeout_s,
-        tags=sorted(TagsContext.get().current_tags),
+    flow_run = resolved(
+        run_deployment(
+            name=f"{stage_flow.name}/{config.orchestration.deployment_name}",
+            parameters={"inputs": inputs.model_dump(mode="json")},
+            timeout=config.orchestration.stage_timeout_s,
+            tags=sorted(TagsContext.get().current_tags),
+        )
     )
     if not flow_run.state or not flow_run.state.is_completed():
         state = flow_run.state.name if flow_run.state else "unknown"
@@ -131,7 +135,8 @@ class Stages:
         parent_run_id: str,
         repo_dir: str | Path = ".",
     ):
-        self.config, self.summary, self.data, self.parent = config, summary, {}, parent_run_id
+        self.config, self.summary, self.parent = config, summary, parent_run_id
+        self.data: dict[str, Any] = {}  # the data stage's result, once it has run
         self.config_json = config.model_dump(mode="json")
         # a relative output_dir lives in the repo the run works on, like its data snapshot
         self.out_root = (Path(repo_dir) / config.output_dir).resolve() / config.project
@@ -155,12 +160,19 @@ class Stages:
             }
         )
 
-    def run(self, stage: str, inputs: StageInputs | None = None, call=None) -> dict[str, Any]:
-        """Run one stage and record it; a cache hit also shows as a child run of the parent."""
+    def run(
+        self, stage: str, inputs: StageInputs | None = None, call: Callable[[], dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Run one stage (from its inputs, or by ``call``) and record it; a cache hit also shows
+        as a child run of the parent."""
+        if call is None:
+            if inputs is None:
+                raise ValueError(f"stage {stage!r}: give its inputs or a call that runs it")
+            call = partial(call_stage, self.config, stage, inputs)
         started = time.perf_counter()
         logger.info("%s: started", stage)
         with progress.stage(stage) as shown:  # what the CLI's live view follows
-            result = call() if call else call_stage(self.config, stage, inputs)
+            result = call()
             cached = shown.cached = bool(result.get("cached"))
         outcome = self.summary.add(
             StageOutcome(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import Task, flow
+from prefect import Flow, Task, flow
 
 from alignflow.registry.pipeline_record import SHORT_VERSION
 from flows.run_log import logs_to_the_run
@@ -29,7 +29,7 @@ def stage_run_name(stage: str) -> str:
     return f"{{inputs.config_json[project]}}-{stage}-{{inputs.data_version:.{SHORT_VERSION}}}"
 
 
-def run_cached(task_fn: Task, inputs: StageInputs, artefact: str) -> dict[str, Any]:
+def run_cached(task_fn: Task[[Any], dict[str, Any]], inputs: StageInputs, artefact: str) -> dict[str, Any]:
     """Run ``task_fn``; report whether the cache answered, refreshing it if its files are missing.
 
     Our log lines go to the stage's run also where it runs as a deployment on a worker (in
@@ -68,7 +68,7 @@ def evaluate_stage(inputs: EvaluateInputs) -> dict[str, Any]:
     return run_cached(evaluate, inputs, "report")
 
 
-STAGE_FLOWS = {
+STAGE_FLOWS: dict[str, Flow[..., dict[str, Any]]] = {
     "sft": sft_stage,
     "reward": reward_stage,
     "policy": policy_stage,

@@ -60,7 +60,7 @@ def mark_nothing_to_do(summary: RunSummary, config: PipelineConfig, champion: Mo
     summary.stages.extend(champion_stages(config.tracking.resolved_uri(), champion))
     summary.nothing_to_do = (
         f"champion version {champion.version} was trained on this data version "
-        f"({summary.data_version[:12]}) and config ({summary.config_hash})"
+        f"({(summary.data_version or '')[:12]}) and config ({summary.config_hash})"
     )
 
 

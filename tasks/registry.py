@@ -81,6 +81,8 @@ def register_version(
 
     version_tags = {**tags, **stage_output_tags(model_dir, stage_run)}
     logged = log_model(model_dir, uri, registered_model_name=name, name=role, tags=version_tags)
+    if logged is None:
+        raise RuntimeError(f"{model_dir}: logging it as {name} registered no version")
     return {"name": name, "version": logged.version, "model_uri": logged.model_uri}
 
 

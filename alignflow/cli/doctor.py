@@ -171,7 +171,7 @@ def _check_database_store(uri: str) -> Check:
             "use postgresql+psycopg://… (installed) or pip install the driver",
         )
     except SQLAlchemyError as exc:
-        reason = str(exc.orig or exc).strip().splitlines()[0]
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]  # the driver's own words
         return Check("MLflow", False, f"{where}: {reason}", "start the database or fix the URI")
     return Check("MLflow", True, f"{where} answered")
 

@@ -177,9 +177,12 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
         from alignflow.cli.serve_runner import serve_until_stopped
         from flows.retrain import retrain
+        from flows.sync_calls import resolved
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
-        deployments = [retrain.to_deployment(name=name, cron=cron, parameters={"config_path": str(config)})]
+        deployments = [
+            resolved(retrain.to_deployment(name=name, cron=cron, parameters={"config_path": str(config)}))
+        ]
         if ab_agent:
             from alignflow.config import load_config
             from alignflow.service.settings import ServiceSettings
@@ -195,7 +198,9 @@ def register(app: typer.Typer) -> None:
                     "tracking_uri": uri,
                     "config_path": str(config),
                 }
-                deployments.append(ab_check.to_deployment(name=agent, cron=ab_cron, parameters=parameters))
+                deployments.append(
+                    resolved(ab_check.to_deployment(name=agent, cron=ab_cron, parameters=parameters))
+                )
         names = ", ".join(f"{d.flow_name}/{d.name}" for d in deployments)
 
         def announce() -> None:

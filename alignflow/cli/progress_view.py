@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.progress_bar import ProgressBar
@@ -221,7 +221,7 @@ class LiveView:
             table.add_row(*self._row(view, now))
         clock = format_seconds(now - self.state.started)
         heading = Text.from_markup(f"[bold]{escape(self.title)}[/]  {clock}")
-        parts = [heading, table]
+        parts: list[RenderableType] = [heading, table]
         if status:
             parts.append(Text(status, style="dim"))
         return Group(*parts)

@@ -9,6 +9,7 @@ version it replaced.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.console import Console
@@ -16,9 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 ROLE_HELP = "which registered model: policy or reward"
+Role = Literal["policy", "reward"]  # as registry.promotion names them (not imported: it loads MLflow)
 
 
-def _settings(config: Path | None, overrides: list[str], tracking_uri: str | None, role: str):
+def _settings(config: Path | None, overrides: list[str], tracking_uri: str | None, role: Role):
     from alignflow.config import ConfigError, load_config
     from alignflow.registry.models import registered_name
 
@@ -95,7 +97,7 @@ def gate_table(decision, title: str) -> Table:
 
 def promote(
     version: str | None = typer.Option(None, help="version number; default: the challenger"),
-    role: str = typer.Option("policy", help=ROLE_HELP),
+    role: Role = typer.Option("policy", help=ROLE_HELP),
     force: bool = typer.Option(False, help="move champion without checking the gates"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the gate table; change nothing"),
     config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (gates, project)"),
@@ -149,7 +151,7 @@ def promote(
 
 
 def rollback(
-    role: str = typer.Option("policy", help=ROLE_HELP),
+    role: Role = typer.Option("policy", help=ROLE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (project)"),
     overrides: list[str] = typer.Option([], "--set", help="override a config key"),
     tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),

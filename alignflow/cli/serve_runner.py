@@ -161,7 +161,7 @@ class _StoppableRunner(Runner):
         """Report finished runs every few seconds for as long as the runner serves."""
         from prefect import get_client
 
-        since, seen = datetime.now(UTC), set()
+        since, seen = datetime.now(UTC), set[UUID]()
         async with get_client() as client:
             while True:
                 await asyncio.sleep(REPORT_EVERY_S)

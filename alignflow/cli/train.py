@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import click
 import typer
 from rich.console import Console
+from typer import _click as click  # typer ships its own click; its groups take that one's types
 from typer.core import TyperGroup
 
 from alignflow.training.registry import stage_spec, stages
