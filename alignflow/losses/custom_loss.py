@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -139,9 +139,10 @@ class CompositeLoss(CustomLoss):
         self.weights = weights
 
     def component_names(self) -> list[str]:
-        names, seen = [], {}
+        names: list[str] = []
+        seen: dict[str, int] = {}
         for loss in self.losses:
-            base = loss.config.name
+            base = cast(CustomLoss, loss).config.name  # ModuleList is not generic: it yields Modules
             seen[base] = seen.get(base, 0) + 1
             names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
         return names

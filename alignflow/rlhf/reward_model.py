@@ -38,13 +38,15 @@ class RewardModel(nn.Module):
 
     def __init__(self, model: nn.Module, tokenizer: Any, meta: RewardMeta | None = None):
         super().__init__()
-        self.model = model
+        # a transformers model (PEFT-wrapped or not): nn.Module's typing has no config or save_pretrained
+        self.model: Any = model
         self.tokenizer = tokenizer
         self.meta = meta or RewardMeta(mode="regression")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        if getattr(model.config, "pad_token_id", None) is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
+        config: Any = model.config  # the transformers model's config
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = tokenizer.pad_token_id
         self.metrics: dict[str, float] = dict(self.meta.metrics)
         self.eval()
 
@@ -76,7 +78,10 @@ class RewardModel(nn.Module):
             "attention_mask": batch["attention_mask"].to(self.device),
         }
         if with_span:
-            spans = [span for _, span in encoded]
+            spans: list[tuple[int, int]] = []
+            for _, span in encoded:
+                assert span is not None  # with_span: every answer was located
+                spans.append(span)
             mask = padded_span_mask(self.tokenizer, rows, spans, out["input_ids"].shape[1])
             out["answer_mask"] = mask.to(self.device)
         return out

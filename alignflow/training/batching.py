@@ -12,7 +12,7 @@ whole ``chosen_input_ids``/``rejected_input_ids`` sequences with the prompt in t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,11 @@ BODY_COLUMNS = ("input_ids", "chosen_ids", "rejected_ids", "completion_ids")
 PREFIX_COLUMN = "prompt_ids"
 # whole sequences, prompt included (ORPO's and CPO's rows; their prompt_input_ids is not added)
 SEQUENCE_COLUMNS = ("chosen_input_ids", "rejected_input_ids")
+
+if TYPE_CHECKING:  # the mixin is mixed into a transformers Trainer: its attributes and hooks
+    from transformers import Trainer as _TrainerBase
+else:
+    _TrainerBase = object
 
 
 def padded_lengths(dataset: Any, max_length: int | None = None) -> list[int] | None:
@@ -55,7 +60,7 @@ def _list_lengths(pc: Any, column: Any) -> np.ndarray:
     return pc.fill_null(pc.list_value_length(column), 0).to_numpy()
 
 
-class LengthGroupedMixin:
+class LengthGroupedMixin(_TrainerBase):
     """A trainer whose ``group_by_length`` sampling reads :func:`padded_lengths`.
 
     Put it before the TRL/transformers base class. With any other sampling strategy the
@@ -63,7 +68,8 @@ class LengthGroupedMixin:
     """
 
     def _get_train_sampler(self, train_dataset: Any = None):
-        dataset = self.train_dataset if train_dataset is None else train_dataset
+        # a sized dataset: transformers asks for a sampler only for those (not an IterableDataset)
+        dataset: Any = self.train_dataset if train_dataset is None else train_dataset
         if getattr(self.args, "train_sampling_strategy", None) == "group_by_length":
             lengths = padded_lengths(dataset, getattr(self.args, "max_length", None))
             if lengths is not None:

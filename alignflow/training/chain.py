@@ -67,7 +67,7 @@ def run_chain(steps: list[ChainStep], execute: Execute) -> dict[Role, Any]:
     results: dict[Role, Any] = {}
     for step in steps:
         start = model_dir(results["sft"]) if step.starts_from_sft else None
-        results[step.role] = execute(step, start, dict(results))
+        results[step.role] = execute(step, start, dict(results.items()))
     return results
 
 

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -23,12 +23,17 @@ MODEL = "model"
 STAGING = ".staging"
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
+if TYPE_CHECKING:  # the mixin is mixed into a transformers Trainer: its attributes and hooks
+    from transformers import Trainer as _TrainerBase
+else:
+    _TrainerBase = object
+
 
 class TrainingDiverged(InputError):
     """The training loss or the trained weights went NaN or infinite: the run must not hand on a model."""
 
 
-class StageTrainerMixin:
+class StageTrainerMixin(_TrainerBase):
     """What every stage's trainer adds to its TRL/transformers base class.
 
     Checkpoints are written into a staging folder, then renamed into place: a crash (even

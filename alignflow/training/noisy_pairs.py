@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from alignflow.models.reward_scorer import classifier_parts, encode_reward_input, padded_span_mask
+from alignflow.models.reward_scorer import classifier_parts, encode_with_answer_span, padded_span_mask
 
 PROBE_L2 = 1.0  # per standardised feature; the frozen-probe bench found 0.3-3 alike
 PROBE_FOLDS = 5
@@ -51,11 +51,11 @@ def answer_layer_means(
     was_training = body.training
     body.eval()
     encoded = [
-        encode_reward_input(tokenizer, p, c, max_length, True)
+        encode_with_answer_span(tokenizer, p, c, max_length)
         for p, c in zip(prompts, completions, strict=True)
     ]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
-    out: list[np.ndarray | None] = [None] * len(encoded)
+    out: dict[int, np.ndarray] = {}  # by row; every row is filled below
     device = next(body.parameters()).device
     for start in range(0, len(order), PROBE_BATCH):
         index = order[start : start + PROBE_BATCH]
@@ -73,7 +73,7 @@ def answer_layer_means(
         for row, i in enumerate(index):
             out[i] = pooled[row].cpu().numpy()
     body.train(was_training)
-    return np.stack(out)
+    return np.stack([out[i] for i in range(len(encoded))])
 
 
 def pair_feature_views(

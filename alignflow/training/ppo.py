@@ -203,7 +203,8 @@ class AdaptersOff(nn.Module):
 
     def __init__(self, peft_model: nn.Module):
         super().__init__()
-        self._policy = (peft_model,)
+        # a PEFT model: disable_adapter() is PEFT's, unknown to nn.Module's typing
+        self._policy: tuple[Any] = (peft_model,)
 
     def forward(self, **inputs: Any) -> Any:
         policy = self._policy[0]
@@ -258,7 +259,7 @@ def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:
     """
     target, staging = output_dir / MODEL, output_dir / ".model.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    policy = trainer.model.base_model
+    policy: Any = trainer.model.base_model  # a transformers/PEFT model, typed nn.Module by PPOModel
     if hasattr(policy, "peft_config"):
         policy = policy.merge_and_unload()
     refuse_diverged_weights(policy, trainer.iteration, target)

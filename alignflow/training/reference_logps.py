@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when what is stored, or how it is computed, changes
 TOKEN_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+
+if TYPE_CHECKING:  # the mixin is mixed into TRL's DPOTrainer: its attributes and hooks
+    from trl import DPOTrainer as _DPOTrainerBase
+else:
+    _DPOTrainerBase = object
 
 
 def cache_home() -> Path:
@@ -127,7 +132,7 @@ def store(path: Path, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
     os.replace(partial, path)
 
 
-class CachedReferenceMixin:
+class CachedReferenceMixin(_DPOTrainerBase):
     """For TRL's DPOTrainer run with ``precompute_ref_log_probs``: precompute through the cache.
 
     TRL computes the reference log-probs in its constructor, in dataset order, and keeps
@@ -153,14 +158,17 @@ class CachedReferenceMixin:
             "fp16": bool(self.args.fp16),
             "trainer": type(self).__name__,
         }
+        model_hash = self._precompute_model_hash
+        assert model_hash is not None  # DPOTrainer sets it whenever it precomputes (the only caller)
         path = reference_cache_dir(self.reference_cache_dir) / (
-            cache_key(self._precompute_model_hash, rows_digest(dataset), settings) + ".safetensors"
+            cache_key(model_hash, rows_digest(dataset), settings) + ".safetensors"
         )
         started = time.perf_counter()
         cached = load_cached(path, len(dataset))
         computed = cached is None
-        if computed:
+        if cached is None:  # i.e. computed (this form narrows the type)
             model = self.ref_model or self.model
+            assert model is not None  # the trainer was built with its model
             was_training = model.training
             model.eval()  # a reference has no dropout (TRL's live reference runs in eval mode too)
             try:

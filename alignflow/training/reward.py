@@ -197,6 +197,7 @@ def encode_pairs(
             "targets": objective_targets(p, names, "pairwise"),
         }
         if spans:
+            assert chosen_span is not None and rejected_span is not None  # located with ``spans``
             row |= {"span": [0, 0], "chosen_span": list(chosen_span), "rejected_span": list(rejected_span)}
         rows.append(row)
     return rows
@@ -216,6 +217,7 @@ def encode_scored(
             "targets": objective_targets(r, names, "regression"),
         }
         if spans:
+            assert span is not None  # located with ``spans``
             row |= {"span": list(span), "chosen_span": [0, 0], "rejected_span": [0, 0]}
         rows.append(row)
     return rows
@@ -324,7 +326,8 @@ def length_split_accuracy(
     bias = length_bias(chosen, rejected, lengths["chosen"], lengths["rejected"])
     longer, shorter = bias.chosen_longer, bias.chosen_shorter
     out = {"n_chosen_longer": float(longer.n), "n_chosen_shorter": float(shorter.n)}
-    if bias.gap is not None:
+    # both accuracies exist exactly where length_bias gives a gap
+    if longer.value is not None and shorter.value is not None:
         out |= {
             "accuracy_chosen_longer": longer.value,
             "accuracy_chosen_shorter": shorter.value,
@@ -359,6 +362,7 @@ def run_reward(
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": spec.model_dump()})]
     lora = peft_config(spec, task_type="SEQ_CLS")
     metrics: dict[str, float] = {}
+    trainer: AlignflowRewardTrainer | HeadsRewardTrainer
     if stage.mode == "pairwise" and len(names) == 1:
         require_rows(train_pairs, data_dir, "train", "pair/scored/ranked")
         if stage.noisy_pair_fraction:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
 from alignflow.training.checkpoints import CHECKPOINTS
-from alignflow.training.stage_config import StageConfig
+from alignflow.training.stage_config import RunConfig, StageConfig
 
 RESULT = "result.json"
 
@@ -77,14 +77,15 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
     # deterministic mode also NaN-fills every fresh allocation (a debugging aid for reads of
     # uninitialised memory); it tripled DPO step time on CPU and changes no result
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    # torch swaps this module's class at import time to add the property: its typing cannot see it
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
-def stage_seed(config: StageConfig, pipeline_seed: int) -> int:
+def stage_seed(config: RunConfig, pipeline_seed: int) -> int:
     return pipeline_seed if config.seed is None else config.seed
 
 
-def begin_stage(config: StageConfig, pipeline_seed: int, output_dir: str | Path) -> tuple[int, Path]:
+def begin_stage(config: RunConfig, pipeline_seed: int, output_dir: str | Path) -> tuple[int, Path]:
     """Seed everything with the stage's seed and create its output folder; every stage starts here."""
     seed = stage_seed(config, pipeline_seed)
     seed_everything(seed)
@@ -169,7 +170,10 @@ def finish_stage(
 
 
 def resolve_start_model(
-    spec: ModelSpec, records: list[Mapping[str, Any]], output_dir: str | Path, model_path: str | Path | None
+    spec: ModelSpec,
+    records: Sequence[Mapping[str, Any]],
+    output_dir: str | Path,
+    model_path: str | Path | None,
 ) -> str:
     """The model a stage starts from: the previous stage's output, else the spec's base model."""
     if model_path is not None:
