@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from alignflow.data.config import DataConfig
 from alignflow.errors import InputError
@@ -80,7 +81,13 @@ def _section(name: str, kind: type[BaseModel], value: Any) -> BaseModel:
         ) from exc
 
 
-def _ctx(error: Any) -> dict[str, Any]:
+class _Ctx(TypedDict, total=False):
+    """The optional ``ctx`` key of an error, typed so it can be unpacked into pydantic's InitErrorDetails."""
+
+    ctx: dict[str, Any]
+
+
+def _ctx(error: ErrorDetails) -> _Ctx:
     return {"ctx": error["ctx"]} if "ctx" in error else {}
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager, suppress
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi import Path as PathParam
@@ -72,7 +73,7 @@ IdempotencyKey = Annotated[
         description="retries with the same key store the feedback once",
     ),
 ]
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)
 }  # 400: a body that is not JSON; 404: a path no route matches (e.g. a newline in an id)
 _UNION_TAGS = {"scored", "pairwise"}
@@ -110,7 +111,7 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts)
 
 
-def _unparsed_body(errors: list[dict]) -> bool:
+def _unparsed_body(errors: Sequence[Mapping[str, Any]]) -> bool:
     """FastAPI parses a body as JSON only under a JSON content type; otherwise the model gets
     the raw bytes (``curl -d`` sends form-encoded), and pydantic's message does not say why."""
     return any(
@@ -240,7 +241,8 @@ def create_app(
         settings.tracking_uri, settings.work_dir / "serving", **settings.serving.model_dump()
     )
     aliases = AliasCache(settings.tracking_uri)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    # Starlette types every handler as taking any Exception; this one is registered for its own class only
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected_error)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 
@@ -336,7 +338,7 @@ def create_app(
                 score_mean=stats.score_mean,
                 score_std=stats.score_std,
                 plan=job_plan.plan.describe(),
-                modelConfig=model_config,
+                model_config_=model_config,
             )
             return JSONResponse(answer.model_dump(mode="json", by_alias=True))
         running = store.active_job(agent_id)
@@ -366,8 +368,12 @@ def create_app(
         if wait if wait is not None else settings.training.wait_by_default:
             with suppress(FutureTimeout):
                 future.result(timeout=settings.training.wait_timeout_s)
-            return _trained_out(store.get_job(job.id))
-        accepted = _job_out(store.get_job(job.id))
+            finished = store.get_job(job.id)
+            assert finished is not None  # created above; jobs are never deleted
+            return _trained_out(finished)
+        current = store.get_job(job.id)
+        assert current is not None  # created above; jobs are never deleted
+        accepted = _job_out(current)
         return JSONResponse(
             accepted.model_dump(mode="json", by_alias=True),
             status_code=status.HTTP_202_ACCEPTED,
@@ -407,6 +413,7 @@ def create_app(
         if arm == CHALLENGER and versions.get(CHALLENGER) in (None, versions[CHAMPION]):
             arm = CHAMPION  # no distinct challenger: everyone gets the champion
         version = versions[arm]
+        assert version is not None  # the champion exists (checked above); a challenger is served only if set
         try:
             completion = await app.state.pool.generate(policy_model_name(agent_id), version, body.prompt)
         except PromptTooLong as exc:

@@ -70,8 +70,8 @@ def record_job(tracking_uri: str, run_id: str, metrics: dict[str, float], tags: 
     client = MlflowClient(tracking_uri)
     for key, value in metrics.items():
         client.log_metric(run_id, key, value)
-    for key, value in tags.items():
-        client.set_tag(run_id, key, value)
+    for key, tag in tags.items():
+        client.set_tag(run_id, key, tag)
 
 
 def record_training(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 """Agent ids end up in file paths and MLflow model names: no dots, slashes or spaces."""
@@ -62,7 +63,7 @@ def token_problem(token: str) -> str | None:
     )
 
 
-def _message(error: dict) -> str:
+def _message(error: ErrorDetails) -> str:
     """pydantic's message without its 'Value error, ' prefix."""
     return str(error.get("msg", "")).removeprefix("Value error, ")
 

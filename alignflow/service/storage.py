@@ -15,15 +15,16 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    CursorResult,
     DateTime,
     Float,
     Index,
@@ -274,7 +275,8 @@ class Store:
             for agent_id, _, key in requests:
                 if key is not None:
                     keyed.setdefault(agent_id, set()).add(key)
-            existing: dict[tuple[str, str], Feedback] = {}
+            # the key is typed as optional on the row; the rows read here all have one (the IN filter)
+            existing: dict[tuple[str, str | None], Feedback] = {}
             for agent_id, keys in keyed.items():
                 mine = (Feedback.agent_id == agent_id, Feedback.idempotency_key.in_(keys))
                 stmt = select(Feedback).where(*mine)
@@ -320,9 +322,13 @@ class Store:
                     .group_by(Feedback.kind)
                 ).all()
             )
-            scores = session.scalars(
-                select(Feedback.score).where(Feedback.agent_id == agent_id, Feedback.kind == "scored")
-            ).all()
+            # the column is nullable (pairwise rows), but a "scored" row always has a score
+            scores = cast(
+                Sequence[float],
+                session.scalars(
+                    select(Feedback.score).where(Feedback.agent_id == agent_id, Feedback.kind == "scored")
+                ).all(),
+            )
         mean = std = None
         if scores:
             mean = sum(scores) / len(scores)
@@ -379,15 +385,20 @@ class Store:
         if expect_status is not None:
             stmt = stmt.where(Job.status == expect_status)
         with self.session() as session, session.begin():
-            return (session.execute(stmt.values(updated_at=utcnow(), **values)).rowcount or 0) > 0
+            # an UPDATE's result is a CursorResult (with rowcount); execute() is typed as the generic Result
+            result = cast("CursorResult[Any]", session.execute(stmt.values(updated_at=utcnow(), **values)))
+            return (result.rowcount or 0) > 0
 
     def fail_abandoned_jobs(self, reason: str) -> int:
         """Jobs left queued/running by a previous process can never finish: mark them failed."""
         with self.session() as session, session.begin():
-            result = session.execute(
-                update(Job)
-                .where(Job.status.in_(ACTIVE_JOB_STATES))
-                .values(status="failed", error=reason, updated_at=utcnow())
+            result = cast(  # an UPDATE's result is a CursorResult, typed by execute() as a plain Result
+                "CursorResult[Any]",
+                session.execute(
+                    update(Job)
+                    .where(Job.status.in_(ACTIVE_JOB_STATES))
+                    .values(status="failed", error=reason, updated_at=utcnow())
+                ),
             )
             return result.rowcount or 0
 
@@ -432,6 +443,7 @@ class Store:
             ).all()
         scores: dict[str, list[float]] = {}
         for version, score in rows:
+            assert score is not None  # a "scored" row always has a score
             scores.setdefault(version, []).append(float(score))
         return scores
 
