@@ -162,7 +162,7 @@ def classifier_parts(model: Any) -> tuple[Any, torch.nn.Module, Any]:
     head = getattr(inner, "classifier", None)
     head = getattr(inner, "score", None) if head is None else head
     linear = peft_trainable_copy(head)
-    if body is None or not isinstance(linear, torch.nn.Linear):
+    if body is None or head is None or not isinstance(linear, torch.nn.Linear):
         raise ValueError(f"{type(inner).__name__}: mean pooling needs a model body and a linear head")
     return body, head, getattr(inner, "dropout", None)
 
@@ -190,7 +190,11 @@ def reward_logits(
         raise ValueError("reward pooling 'answer' needs answer_mask (see encode_with_answer_span)")
     body, head, dropout = classifier_parts(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    mask = attention_mask if pooling == "mean" else attention_mask * answer_mask.to(attention_mask.device)
+    if pooling == "mean":
+        mask = attention_mask
+    else:
+        assert answer_mask is not None  # "answer" pooling: checked above
+        mask = attention_mask * answer_mask.to(attention_mask.device)
     mask = mask.unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
     return head(dropout(pooled) if dropout is not None else pooled)
@@ -223,11 +227,13 @@ class RewardScorer:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         with_span = self.meta.pooling == "answer"
-        encoded, spans = [], []
+        encoded: list[list[int]] = []
+        spans: list[tuple[int, int]] = []  # one per row with_span, else none
         for p, c in zip(prompts, completions, strict=True):
             ids, span = encode_reward_input(self.tokenizer, p, c, self.max_length, with_span)
             encoded.append(ids)
-            spans.append(span)
+            if span is not None:
+                spans.append(span)
         # batches of similar length pad little; the rows go back to their order at the end
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         parts = []

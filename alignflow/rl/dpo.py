@@ -196,6 +196,7 @@ class DPOTrainer:
         self.config = config
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if model is None:
+            assert config.model_name  # checked above
             model = AutoModelForCausalLM.from_pretrained(config.model_name, use_safetensors=True)
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(config.model_name)
@@ -208,7 +209,7 @@ class DPOTrainer:
             self.ref_model.eval().requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-        self.scheduler = None
+        self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None  # set by train()
         self.global_step = 0
         self.history: list[dict[str, float]] = []
 
@@ -281,6 +282,7 @@ class DPOTrainer:
     def _optimizer_step(self) -> None:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
+        assert self.scheduler is not None  # train() sets it before the first step
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1

@@ -19,7 +19,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -352,7 +352,9 @@ def _score_texts(
 ) -> list[float]:
     """Scalar scores from a preference/reward model, whichever common interface it offers."""
     if hasattr(preference_model, "predict_rewards"):
-        return [float(r) for r in preference_model.predict_rewards(texts, tokenizer, max_length=max_length)]
+        # a method of the model's class; nn.Module types unknown attributes as Tensor | Module
+        rewards = cast(Any, preference_model).predict_rewards(texts, tokenizer, max_length=max_length)
+        return [float(r) for r in rewards]
     enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length)
     device = next(preference_model.parameters()).device
     with torch.no_grad():
@@ -421,6 +423,7 @@ class PreferenceComparisonEnv(RLEnvironment):
                     f"human_feedback_fn returned {p} for prompt {prompt!r}; expected P(A better) in [0, 1]"
                 )
             return p, {}
+        assert self.preference_model is not None  # step() judges only when one of the two is set
         score_a, score_b = _score_texts(
             self.preference_model, self.tokenizer, [prompt + a, prompt + b], self.max_length
         )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -144,6 +144,7 @@ def capture_rng_state(directory: str | Path) -> None:
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"torch_cuda_{i}"] = s
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy global generator (MT19937) gives the tuple form
     tensors["numpy_keys"] = torch.from_numpy(np_state[1].astype(np.int64))
     save_file(tensors, directory / "rng.safetensors")
     py_version, py_state, py_gauss = random.getstate()
@@ -173,7 +174,8 @@ def save_model_weights(model: torch.nn.Module, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_pretrained"):
-        model.save_pretrained(directory, safe_serialization=True)
+        # a transformers method; nn.Module types unknown attributes as Tensor | Module
+        cast(Any, model).save_pretrained(directory, safe_serialization=True)
     else:
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(state, directory / "model.safetensors")
@@ -184,7 +186,7 @@ def load_model_weights(model: torch.nn.Module, directory: str | Path) -> None:
     """Load weights saved by :func:`save_model_weights` into ``model`` (all shards, strictly)."""
     directory = Path(directory)
     if hasattr(model, "load_weights"):  # models with extra heads (PPOModel) know their own layout
-        model.load_weights(directory)
+        cast(Any, model).load_weights(directory)  # nn.Module types it as Tensor | Module
         return
     files = sorted(directory.glob("*.safetensors"))
     if not files:
@@ -203,7 +205,7 @@ def load_model_weights(model: torch.nn.Module, directory: str | Path) -> None:
             f"{directory}: weights do not fit the model (missing {missing}, unexpected {unexpected})"
         )
     if tied and hasattr(model, "tie_weights"):
-        model.tie_weights()
+        cast(Any, model).tie_weights()  # a transformers method, typed by nn.Module as Tensor | Module
 
 
 # ---- built-in losses --------------------------------------------------------------------

@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -37,7 +37,7 @@ from alignflow.losses.functional import entropy_from_logits, logprobs_from_logit
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import left_padded_batch
 from alignflow.registry import tracking
-from alignflow.rl.environments import Observation, RLEnvironment
+from alignflow.rl.environments import Observation, RLEnvironment, TextGenerationEnv
 from alignflow.rl.forward_backward import (
     capture_rng_state,
     load_optimizer_state,
@@ -130,9 +130,10 @@ class ValueHead(nn.Module):
 
     def __init__(self, hidden_size: int):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
-        nn.init.zeros_(self.net[2].weight)
-        nn.init.zeros_(self.net[2].bias)
+        hidden, out = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, 1)
+        self.net = nn.Sequential(hidden, nn.ReLU(), out)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.net(hidden).squeeze(-1)
@@ -150,7 +151,8 @@ class PPOModel(nn.Module):
     def __init__(self, base_model: nn.Module):
         super().__init__()
         self.base_model = base_model
-        hidden = base_model.config.hidden_size
+        base_config: Any = base_model.config  # a transformers config; nn.Module types it as Tensor | Module
+        hidden = base_config.hidden_size
         self.value_head = ValueHead(hidden).to(next(base_model.parameters()).dtype)
 
     @property
@@ -178,7 +180,7 @@ class PPOModel(nn.Module):
         """The base model as a normal transformers folder, plus ``value_head.safetensors``."""
         path = Path(path)
         kwargs.setdefault("safe_serialization", True)
-        self.base_model.save_pretrained(path, **kwargs)
+        cast(Any, self.base_model).save_pretrained(path, **kwargs)  # a transformers model's method
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
         save_file(state, path / VALUE_HEAD_FILE)
 
@@ -270,7 +272,8 @@ class PPOTrainer:
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
             source = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True)
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(source.config.name_or_path)
+            base_config: Any = source.config  # a transformers config; nn.Module types it as Tensor | Module
+            tokenizer = AutoTokenizer.from_pretrained(base_config.name_or_path)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token first")
@@ -387,7 +390,9 @@ class PPOTrainer:
                 raise ValueError(f"reward_fn returned {s} for response {i} of prompt {prompts[i]!r}")
         return scores
 
-    def _respond(self, prompts, metadata, reward_fn, do_sample=True):
+    def _respond(
+        self, prompts, metadata, reward_fn, do_sample=True
+    ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor]:
         """Generate and score: ``(sequences, prompt_mask, prompt_len, response_mask, scores)``."""
         sequences, prompt_mask, prompt_len = self.generate(prompts, do_sample)
         responses = sequences[:, prompt_len:]
@@ -402,14 +407,14 @@ class PPOTrainer:
         metadata = [dict(prompt_metadata[i]) if prompt_metadata else {} for i in indices]
         return self._experience(*self._respond(batch, metadata, reward_fn), {})
 
-    def _env_episodes(self, env: RLEnvironment, do_sample: bool = True):
+    def _env_episodes(self, env: TextGenerationEnv, do_sample: bool = True):
         observations: list[Observation] = [env.reset() for _ in range(self.config.batch_size)]
         sequences, prompt_mask, prompt_len = self.generate([o.prompt for o in observations], do_sample)
         responses = sequences[:, prompt_len:]
         results = [env.evaluate(o, r) for o, r in zip(observations, responses.cpu(), strict=True)]
         return sequences, prompt_mask, prompt_len, responses, results
 
-    def collect_from_env(self, env: RLEnvironment) -> Rollout:
+    def collect_from_env(self, env: TextGenerationEnv) -> Rollout:
         sequences, prompt_mask, prompt_len, responses, results = self._env_episodes(env)
         consumed = torch.tensor([max(r.info.get("consumed", responses.size(1)), 1) for r in results])
         positions = torch.arange(responses.size(1))
@@ -422,7 +427,9 @@ class PPOTrainer:
 
     # ---- periodic evaluation ------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, source, reward_fn=None, prompt_metadata=None) -> dict[str, float]:
+    def evaluate(
+        self, source: Sequence[str] | TextGenerationEnv, reward_fn=None, prompt_metadata=None
+    ) -> dict[str, float]:
         """Mean and spread of the reward of greedy responses: held-out prompts or env episodes."""
         if isinstance(source, RLEnvironment):
             rewards = [r.reward for r in self._env_episodes(source, do_sample=False)[-1]]
@@ -558,7 +565,7 @@ class PPOTrainer:
     # ---- the loop -----------------------------------------------------------------------
     def train(
         self,
-        source: Sequence[str] | RLEnvironment,
+        source: Sequence[str] | TextGenerationEnv,
         reward_fn: BatchRewardFn | None = None,
         loss_fn: CustomLoss | Callable[..., Any] | None = None,
         num_iterations: int | None = None,
@@ -584,7 +591,7 @@ class PPOTrainer:
         total = num_iterations or cfg.num_iterations
         is_env = isinstance(source, RLEnvironment)
         eval_source, eval_meta = source, None
-        if not is_env:
+        if not isinstance(source, RLEnvironment):  # is_env, spelled out so that it narrows source
             prompts = list(source)
             if not prompts:
                 raise ValueError("train(prompts, ...) needs at least one prompt")
@@ -598,7 +605,7 @@ class PPOTrainer:
             self.load_checkpoint(self._resolve_checkpoint(resume_from))
         tracking.log_params(cfg.model_dump(), prefix="ppo")
         while self.iteration < total:
-            if is_env:
+            if isinstance(source, RLEnvironment):
                 rollout = self.collect_from_env(source)
             else:
                 rollout = self.collect_from_prompts(prompts, reward_fn, prompt_metadata)

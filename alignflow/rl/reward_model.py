@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import safetensors.torch
 import torch
@@ -101,8 +102,9 @@ class RewardModel(nn.Module):
         self.config = config
         backbone = base_model if base_model is not None else load_backbone(config.model_name)
         self.backbone_is_causal_lm = _is_causal_lm(backbone)
-        self.backbone_config = backbone.config
-        hidden_size = backbone.config.hidden_size
+        backbone_config: Any = backbone.config  # a transformers config; nn.Module types it as Tensor | Module
+        self.backbone_config = backbone_config
+        hidden_size = backbone_config.hidden_size
         if config.use_lora:
             backbone = self._add_lora(backbone)
         self.backbone = backbone
@@ -201,6 +203,9 @@ class PairwiseRewardModel(RewardModel):
 class MultiObjectiveRewardModel(RewardModel):
     """One linear head per objective on a shared backbone; ``combined_reward`` is their weighted sum."""
 
+    head: nn.ModuleList
+    objective_weights: torch.Tensor  # a buffer
+
     def __init__(
         self,
         config: RewardModelConfig,
@@ -221,7 +226,7 @@ class MultiObjectiveRewardModel(RewardModel):
         super().__init__(config, base_model=base_model)
         self.register_buffer("objective_weights", torch.tensor(weights, dtype=torch.float32))
 
-    def _build_head(self, hidden_size: int) -> nn.Module:
+    def _build_head(self, hidden_size: int) -> nn.ModuleList:
         return nn.ModuleList(nn.Linear(hidden_size, 1) for _ in range(self.num_objectives))
 
     def objective_rewards(self, input_ids, attention_mask=None) -> torch.Tensor:
@@ -233,7 +238,7 @@ class MultiObjectiveRewardModel(RewardModel):
         return (multi_rewards * self.objective_weights).sum(dim=-1, keepdim=True)
 
     def forward(
-        self, input_ids, attention_mask=None, return_all_objectives: bool = False, return_dict: bool = True
+        self, input_ids, attention_mask=None, return_dict: bool = True, *, return_all_objectives: bool = False
     ):
         rewards = self.objective_rewards(input_ids, attention_mask)
         combined = self.combine_objectives(rewards)
