@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, overload
 
 import numpy as np
 
@@ -33,7 +34,10 @@ _MINUS = re.compile(r"(?<!\w)-(?=\d)")
 
 
 def check_record(
-    record: dict[str, Any], tokenizer: Any = None, max_tokens: int | None = None, max_chars: int | None = None
+    record: Mapping[str, Any],
+    tokenizer: Any = None,
+    max_tokens: int | None = None,
+    max_chars: int | None = None,
 ) -> None:
     """Raise RowError for the first problem in one canonical record.
 
@@ -142,14 +146,20 @@ def check_messages(messages: list, field: str) -> None:
         check_text(content, field)
 
 
-def check_tokens(record: dict[str, Any], fields: tuple[str, ...], tokenizer: Any, max_tokens: int) -> None:
+def check_tokens(record: Mapping[str, Any], fields: tuple[str, ...], tokenizer: Any, max_tokens: int) -> None:
     for field in fields:
         n_tokens = len(tokenizer(as_text(record[field]), add_special_tokens=False)["input_ids"])
         if n_tokens > max_tokens:
             raise RowError(Reason.TOO_LONG_TOKENS, f"{field!r} has {n_tokens} tokens > {max_tokens}", field)
 
 
-def as_text(value: Any) -> str:
+@overload
+def as_text(value: None) -> None: ...
+@overload
+def as_text(value: str | list[Any] | dict[str, Any]) -> str: ...
+@overload
+def as_text(value: object) -> str | None: ...
+def as_text(value: Any) -> str | None:
     """Text as is; message lists as their JSON text (what length limits and hashes see)."""
     if value is None or isinstance(value, str):
         return value
@@ -321,7 +331,7 @@ def record_keys(record: dict[str, Any]) -> tuple[str, str]:
     holds; ``score + 0.0`` so -0.0 and 0.0 stay one key, as they compare equal.
     """
     kind = record["kind"]
-    content = [as_text(record.get(f)) for f in TEXT_FIELDS[kind]]
+    content = [as_text(record[f]) for f in TEXT_FIELDS[kind]]  # check_record has seen them set
     content += [as_text(r) for r in record.get("responses") or ()]
     score = record.get("score") if kind != "ranked" else tuple(x + 0.0 for x in record["scores"])
     tag = f"{kind}|{score + 0.0 if isinstance(score, float) else score!r}|{record.get('label')!r}"
@@ -381,8 +391,9 @@ class SeenKeys:
         while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
             last, before = self.runs.pop(), self.runs.pop()
             merged = [np.concatenate((a, b)) for a, b in zip(before, last, strict=True)]
-            order = np.argsort(merged[0], kind="stable")
-            self.runs.append(tuple(part[order] for part in merged))
+            keys, exacts, wheres = merged
+            order = np.argsort(keys, kind="stable")
+            self.runs.append((keys[order], exacts[order], wheres[order]))
 
     def check(self, near: np.ndarray, exact: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row, in order: 0 first copy (remembered now), 1 exact or 2 near duplicate.

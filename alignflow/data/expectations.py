@@ -79,6 +79,7 @@ def _message(
 ) -> str:
     value = frame.at[index, column] if column in frame.columns else None
     if expectation_type == "expect_column_value_lengths_to_be_between":
+        assert value is not None  # only a set value can be too long
         return f"{column!r} has {len(value)} characters > {kwargs.get('max_value')}"
     if expectation_type == "expect_column_values_to_be_between":
         return f"{column} {value} is outside [{kwargs.get('min_value')}, {kwargs.get('max_value')}]"

@@ -25,12 +25,15 @@ lost. A row that fits no shape raises :class:`RowError` with a reason code and f
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from alignflow.data.issues import Reason
 from alignflow.data.schema import RecordKind
 
 HH_ASSISTANT = "\n\nAssistant:"
+# data.response_fields: the key of a response record's text and of its score or rank
+ResponseFields = Mapping[Literal["text", "score", "rank"], str]
 DEFAULT_MAPPING = {
     "input": "prompt",
     "instruction": "prompt",
@@ -146,9 +149,9 @@ def _mapping_hint(row: dict[str, Any]) -> str:
 def normalize_row(
     row: dict[str, Any],
     mapping: dict[str, str] | None = None,
-    preferred_values: dict[str, str] | None = None,
+    preferred_values: Mapping[str, str] | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
-    response_fields: dict[str, str] | None = None,
+    response_fields: ResponseFields | None = None,
 ) -> dict[str, Any]:
     """One input row -> one canonical record (``kind`` set, extra columns in metadata).
 
@@ -205,7 +208,7 @@ def _pair(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _labelled(row: dict[str, Any], preferred_values: dict[str, str] | None = None) -> dict[str, Any]:
+def _labelled(row: dict[str, Any], preferred_values: Mapping[str, str] | None = None) -> dict[str, Any]:
     a, b = _required(row, "response_a"), _required(row, "response_b")
     winner = _winner(_required(row, "preferred"), preferred_values)
     if winner == "tie":
@@ -240,7 +243,7 @@ def is_response_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str | list) for v in value)
 
 
-def _ranked(row: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
+def _ranked(row: dict[str, Any], fields: ResponseFields) -> dict[str, Any]:
     """Responses to one prompt with an order: every response with a higher score is preferred
     to every one with a lower score. Lists of chosen and rejected responses score 1 and 0."""
     prompt = _required(row, "prompt")
@@ -275,7 +278,7 @@ def _side(row: dict[str, Any], field: str) -> list[Any]:
     return value
 
 
-def _rated_responses(row: dict[str, Any], fields: dict[str, str]) -> tuple[list, list[float], list[dict]]:
+def _rated_responses(row: dict[str, Any], fields: ResponseFields) -> tuple[list, list[float], list[dict]]:
     """Responses with their scores (higher is better; a rank counts as minus itself), and what
     else each response record carried (its model, annotations...), kept for the metadata."""
     responses = row["responses"]
@@ -300,7 +303,7 @@ def _rated_responses(row: dict[str, Any], fields: dict[str, str]) -> tuple[list,
     return responses, [sign * _finite(v, f"{field}[{i}]", field) for i, v in enumerate(values)], []
 
 
-def _response_records(records: list[dict], fields: dict[str, str]) -> tuple[list, list[float], list[dict]]:
+def _response_records(records: list[dict], fields: ResponseFields) -> tuple[list, list[float], list[dict]]:
     """Responses given as records (UltraFeedback ``completions``, Nectar ``answers``)."""
     text = fields.get("text") or _first_key(records, RESPONSE_TEXT_KEYS, "text")
     if "score" in fields or "rank" in fields:
@@ -378,11 +381,11 @@ def _prompt(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _winner(preferred: Any, preferred_values: dict[str, str] | None) -> str:
+def _winner(preferred: Any, preferred_values: Mapping[str, str] | None) -> str:
     """'a', 'b' or 'tie' for a labelled pair's ``preferred`` value; RowError when it names neither."""
     if preferred_values:
         key = label_key(preferred)
-        if key in preferred_values:
+        if key is not None and key in preferred_values:  # keys are strings: None is never one
             return preferred_values[key]
         raise RowError(
             Reason.BAD_LABEL,

@@ -231,10 +231,10 @@ def input_fingerprint(
 ) -> str:
     """What a snapshot is a function of: the input files' bytes, the data config and the rules."""
     # absolute paths: the same file named from another working directory is the same input
-    paths = [Path(p).resolve() for p in (paths if isinstance(paths, list) else [paths])]
+    resolved = [Path(p).resolve() for p in (paths if isinstance(paths, list) else [paths])]
     tokenizer = Path(config.tokenizer) if config.tokenizer else None
     payload = {
-        "inputs": describe_inputs(paths, fmt or config.format),
+        "inputs": describe_inputs(resolved, fmt or config.format),
         "config": config.model_dump(mode="json"),
         "tokenizer": file_sha256(tokenizer) if tokenizer and tokenizer.exists() else config.tokenizer,
         "rules": _rules_version(),  # changed validation rules make every input new again

@@ -64,11 +64,12 @@ def write_report(report: dict[str, Any], path: str | Path) -> Path:
     rows = {key: report[key] for key in ROW_LISTS if isinstance(report.get(key), list)}
     head = {key: value for key, value in report.items() if key not in rows}
     text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=True)
+    opened = bool(head)  # whether ``text`` already holds an entry to continue after
     for key in sorted(rows):
         body = ",\n    ".join(_encode_row(row) for row in rows[key])
         listed = f"[\n    {body}\n  ]" if rows[key] else "[]"
-        text = (text[:-2] + ",\n" if head else "{\n") + f"  {json.dumps(key)}: {listed}\n}}"
-        head = True
+        text = (text[:-2] + ",\n" if opened else "{\n") + f"  {json.dumps(key)}: {listed}\n}}"
+        opened = True
     path.write_text(text, encoding="utf-8")
     return path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,7 +225,7 @@ def _may_fail_expectations(record: dict[str, Any], max_chars: int) -> bool:
     if score is not None and not 0.0 <= score <= 1.0:
         return True
     return any(
-        record.get(f) is not None and len(as_text(record.get(f))) > max_chars
+        (value := record.get(f)) is not None and len(as_text(value)) > max_chars
         for f in ("prompt", "chosen", "rejected", "completion")
     )
 
@@ -278,7 +278,7 @@ class _Run:
         self.entries: list[Entry] = []
         self.kept = 0
         self.kinds: Counter = Counter()
-        self.labels: list[bool] = []
+        self.labels: list[bool | None] = []  # None: dropped (its eval prompt leaked into train)
         self.train_prompts: set[int] = set()
         self.eval_rows: list[tuple[int, str, int | None, Any]] = []
         self.summary: dict[tuple[str, str], dict[str, Any]] | None = None
@@ -493,7 +493,9 @@ class _Run:
     def _dedupe(self, bulk: _Bulk | None, slow: list[tuple[int, RawRow, dict[str, Any]]]) -> None:
         import pyarrow.compute as pc
 
-        positions, exact, near, where, source = [], [], [], [], []
+        exact: list[np.ndarray] = []
+        near: list[np.ndarray] = []
+        positions, where, source = [], [], []
         tag, sep = pair_tag(), KEY_SEPARATOR
         if bulk is not None and len(bulk.rows):
             texts = [text.take(bulk.rows) for text in bulk.texts]
@@ -507,9 +509,9 @@ class _Run:
             positions.append(bulk.positions[bulk.rows])
             source.append(bulk.rows)
         if slow:
-            keys = [record_keys(record) for _, _, record in slow]
-            exact.append(hash_keys(np.array([k[0] for k in keys], dtype=object)))
-            near.append(hash_keys(np.array([k[1] for k in keys], dtype=object)))
+            slow_keys = [record_keys(record) for _, _, record in slow]
+            exact.append(hash_keys(np.array([k[0] for k in slow_keys], dtype=object)))
+            near.append(hash_keys(np.array([k[1] for k in slow_keys], dtype=object)))
             where.append(np.array([self._where(raw.file, raw.row) for _, raw, _ in slow], np.int64))
             positions.append(np.array([pos for pos, _, _ in slow], np.int64))
             source.append(-1 - np.arange(len(slow), dtype=np.int64))  # negative: index into slow
@@ -524,11 +526,14 @@ class _Run:
             if source_a[k] < 0:
                 _, raw, record = slow[-1 - source_a[k]]
                 return raw, record
+            assert bulk is not None  # a source >= 0 is a bulk row
             return bulk.raw(int(source_a[k])), None
 
         duplicates = np.flatnonzero(verdict)
         from_bulk = source_a[duplicates] >= 0
-        files, lines = bulk.places(source_a[duplicates[from_bulk]]) if from_bulk.any() else ([], [])
+        files, lines = (  # rows from the bulk (source >= 0) imply a bulk
+            bulk.places(source_a[duplicates[from_bulk]]) if bulk is not None and from_bulk.any() else ([], [])
+        )
         at_bulk = iter(range(len(files)))
         for k in duplicates.tolist():
             place = self._place(int(first[k]))
@@ -540,6 +545,7 @@ class _Run:
                 raw = slow[-1 - source_a[k]][1]
                 self.phases[2].append(self._issue(code, message, raw, "prompt"))
             else:
+                assert bulk is not None  # a source >= 0 is a bulk row
                 j = next(at_bulk)
                 original = bulk.raw(int(source_a[k])).data if self.keep else None
                 self.phases[2].append(Issue(code, message, files[j], lines[j], "prompt", original))
@@ -603,14 +609,14 @@ class _Run:
                 for key in CLEAN_EXPECTATIONS
             ]
         labels = [label for label in self.labels if label is not None]
-        message = label_imbalance(labels, self.config.max_label_fraction)
+        imbalance = label_imbalance(labels, self.config.max_label_fraction)
         report = build_report(
             inputs=inputs,
             input_rows=self.input_rows,
             kept=self.kept,
             issues=issues,
             warnings=[
-                *([{"code": str(Reason.LABEL_IMBALANCE), "message": message}] if message else []),
+                *([{"code": str(Reason.LABEL_IMBALANCE), "message": imbalance}] if imbalance else []),
                 *skipped_file_warnings(inputs),
             ],
             expectations=summary,
@@ -660,17 +666,17 @@ def validate_paths(
     JSONL is read in blocks and checked column-wise; see :func:`validate_rows`.
     """
     config = config or DataConfig()
-    paths = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
+    files = [Path(p) for p in (paths if isinstance(paths, list) else [paths])]
     fmt = fmt or config.format
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
 
-    def rows() -> Iterable[Any]:
-        for path in paths:
+    def rows() -> Iterator[Any]:
+        for path in files:
             yield from read_items(path, fmt, hint_splits=path.is_dir())
 
     # the inputs' sha256 (for the report) is read in a thread while the rows are checked
     with ThreadPoolExecutor(1, thread_name_prefix="alignflow-sha256") as pool:
-        inputs = pool.submit(describe_inputs, paths, fmt)
+        inputs = pool.submit(describe_inputs, files, fmt)
         validated = validate_rows(prefetched(rows()), config, None, tokenizer, keep_records)
         validated.report["inputs"] = inputs.result()
     validated.report["warnings"] += skipped_file_warnings(validated.report["inputs"])

@@ -74,7 +74,9 @@ def track(repo_dir: str | Path, data_dir: str = "data") -> str:
 
     with quiet_dvc(), Repo(str(repo_dir)) as repo:
         repo.add(str(Path(repo_dir).resolve() / data_dir))
-    return current_version(repo_dir, data_dir)
+    version = current_version(repo_dir, data_dir)
+    assert version is not None, "dvc add wrote no data version"  # it has just written the .dvc file
+    return version
 
 
 def push(repo_dir: str | Path, data_dir: str = "data") -> None:
