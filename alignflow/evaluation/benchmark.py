@@ -198,7 +198,9 @@ def length_bias(
     rejected_lengths: Sequence[int],
 ) -> LengthBias:
     """Accuracy split by which side is longer, and reward-length correlation over all responses."""
-    longer, shorter, equal = [], [], 0
+    longer: list[float] = []
+    shorter: list[float] = []
+    equal = 0
     for c, r, lc, lr in zip(chosen, rejected, chosen_lengths, rejected_lengths, strict=True):
         if lc == lr:
             equal += 1
@@ -232,10 +234,10 @@ class ScoredPairs:
 
     def subset(self, index: Sequence[int]) -> ScoredPairs:
         return ScoredPairs(
-            *(
-                [values[i] for i in index]
-                for values in (self.chosen, self.rejected, self.chosen_lengths, self.rejected_lengths)
-            )
+            [self.chosen[i] for i in index],
+            [self.rejected[i] for i in index],
+            [self.chosen_lengths[i] for i in index],
+            [self.rejected_lengths[i] for i in index],
         )
 
 
@@ -555,6 +557,7 @@ def _against_figures(
     from alignflow.evaluation.metric_names import golden_key
 
     config = run.config
+    assert run.against is not None  # the caller runs this only with an opponent
     theirs = generate_answers(*run.against, prompts, config)
     judged = judge_policy_completions(
         prompts, answers, ours, theirs, None, run.judges, None, answer_score, config.seed, config.num_samples
@@ -609,7 +612,7 @@ def cut_prompts_note(
 
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
     n = prompts_cut(tokenizer, prompts, budget)
-    if not n:
+    if not n or budget is None:  # without a budget (no position table) nothing is cut: n is 0
         return []
     return [
         f"{n} of {len(prompts)} prompts were longer than the {role} reads ({budget + max_new_tokens} "

@@ -14,14 +14,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
-def bradley_terry_probability(chosen: Sequence[float], rejected: Sequence[float]) -> np.ndarray:
+def bradley_terry_probability(
+    chosen: Sequence[float] | np.ndarray, rejected: Sequence[float] | np.ndarray
+) -> np.ndarray:
     """P(chosen beats rejected) = sigmoid(r_chosen - r_rejected), computed stably."""
     margin = np.asarray(chosen, dtype=np.float64) - np.asarray(rejected, dtype=np.float64)
     return 0.5 * (1.0 + np.tanh(0.5 * margin))
 
 
 def expected_calibration_error(
-    probabilities: Sequence[float], outcomes: Sequence[bool | int], n_bins: int = 10
+    probabilities: Sequence[float] | np.ndarray, outcomes: Sequence[bool | int] | np.ndarray, n_bins: int = 10
 ) -> float:
     """ECE of binary predictions: bin by confidence, weight |accuracy - confidence| by bin size.
 

@@ -165,7 +165,7 @@ def judge_policy_completions(
             put_estimate(metrics, judge_agreement_key(name), wilson_of(outcomes))
     samples = []
     for i, prompt in enumerate(prompts[:num_samples]):
-        row = {"prompt": as_text(prompt)}
+        row: dict[str, Any] = {"prompt": as_text(prompt)}
         row |= {"policy": policy[i], "reference": reference[i]}
         row |= {"champion": champion[i]} if champion is not None else {}
         row |= {"answer": answers[i]} if answers[i] is not None else {}

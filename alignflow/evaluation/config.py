@@ -21,6 +21,10 @@ class LLMJudgeConfig(BaseModel):
     timeout: float = Field(30.0, gt=0.0)
 
 
+def _all_judges() -> list[Literal["reward", "answer"]]:
+    return ["reward", "answer"]
+
+
 class EvaluationConfig(BaseModel):
     """How policies and reward models are evaluated on the held-out split."""
 
@@ -39,7 +43,7 @@ class EvaluationConfig(BaseModel):
         "model it started from, or the base model the chain began with (a pretrained model's own skill)",
     )
     judges: list[Literal["reward", "answer"]] = Field(
-        default_factory=lambda: ["reward", "answer"], description="judges run for win rates"
+        default_factory=_all_judges, description="judges run for win rates"
     )
     primary_judge: Literal["reward", "answer"] = Field(
         "reward", description="whose eval-split win rate is reported as eval/win_rate_vs_*"

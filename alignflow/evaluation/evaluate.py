@@ -344,14 +344,16 @@ def evaluate_paths(
     report = EvalReport(info={"snapshot": str(snapshot_dir)})
     if scorer is not None:
         report = report.merge(evaluate_reward_on_held_out(scorer, records, config))
-    policy = reference = champion = None
+    policy: tuple[Any, Any] | None = None  # (model, tokenizer), as load_causal_lm gives them
+    champion: tuple[Any, Any] | None = None
+    reference: Any = None
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
-        policy = load_causal_lm(policy_dir, dtype)
+        model, tokenizer = policy = load_causal_lm(policy_dir, dtype)
         reference, _ = load_causal_lm(reference_dir, dtype)
         champion = load_causal_lm(champion_dir, dtype) if champion_dir is not None else None
-        report = report.merge(evaluate_policy(*policy, reference, records, scorer, champion, config))
+        report = report.merge(evaluate_policy(model, tokenizer, reference, records, scorer, champion, config))
     if golden_path is not None:
         golden_records = load_golden_records(golden_path)
         refuse_trained_on(snapshot_dir, golden_records)

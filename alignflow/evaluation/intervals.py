@@ -207,6 +207,8 @@ def paired_difference(
     share_a, share_b = (counts[0] + counts[1]) / n, (counts[0] + counts[2]) / n
     wa, wb = wilson(share_a * n, n, confidence), wilson(share_b * n, n, confidence)
     phi = _pairing_correlation(*counts)
+    # n > 0, so both Wilson intervals are set
+    assert wa.low is not None and wa.high is not None and wb.low is not None and wb.high is not None
     down_a, up_a, down_b, up_b = share_a - wa.low, wa.high - share_a, share_b - wb.low, wb.high - share_b
     difference = share_a - share_b
     low = difference - math.sqrt(max(0.0, down_a**2 - 2 * phi * down_a * up_b + up_b**2))

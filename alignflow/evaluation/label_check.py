@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,10 @@ def check_label_agreement(
     check = LabelCheck(wilson(sum(agree), len(agree)), champion_accuracy, max_gap, slices=slices)
     first = _in_broken_slices(groups, check)
     order = sorted(range(len(pairs)), key=lambda i: i not in first)
-    pairs, chosen, rejected, agree = ([xs[i] for i in order] for xs in (pairs, chosen, rejected, agree))
+    pairs = [pairs[i] for i in order]
+    chosen = [chosen[i] for i in order]
+    rejected = [rejected[i] for i in order]
+    agree = [agree[i] for i in order]
     disagreeing = [
         {
             "id": p.get("id"),
@@ -232,7 +235,7 @@ def all_of(
     return check
 
 
-def _pair_groups(pairs: Sequence[dict[str, Any]], fields: Sequence[str]) -> dict[str, list[int]]:
+def _pair_groups(pairs: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> dict[str, list[int]]:
     """Slice name -> indices of the pairs in it (:func:`~alignflow.evaluation.slices.group_items`)."""
     return group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
 

@@ -14,10 +14,17 @@ from __future__ import annotations
 EVAL, GOLDEN, HUMAN, PROMOTION, TRAIN = "eval", "golden", "human", "promotion", "train"
 PROMOTED = "promoted"
 WIN_RATE_PREFIX = "win_rate_vs_"
+BEFORE = "before_"
 
 
 def eval_key(name: str) -> str:
     return f"{EVAL}/{name}"
+
+
+def before_key(name: str) -> str:
+    """``eval/before_<name>``: a held-out figure measured before a stage trained (``eval/<name>``
+    after), one spelling for every stage: ``eval/before_loss``, ``eval/before_reward``..."""
+    return f"{EVAL}/{BEFORE}{name}"
 
 
 def golden_key(name: str) -> str:

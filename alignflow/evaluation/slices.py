@@ -121,7 +121,9 @@ def slice_changes(
         judged = [i for i in indices if ours[i] is not None and theirs[i] is not None]
         if len(judged) < min_items:
             continue
-        a, b = [float(ours[i]) for i in judged], [float(theirs[i]) for i in judged]
+        # every judged item has both; the walrus lets the checker see that (it filters nothing)
+        a = [float(x) for i in judged if (x := ours[i]) is not None]
+        b = [float(y) for i in judged if (y := theirs[i]) is not None]
         lost = [i for i, x, y in zip(judged, a, b, strict=True) if y > 0.5 >= x]
         changes.append(
             SliceChange(
