@@ -112,10 +112,10 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
     name, which = registered
     version = _registered_version(tracking_uri, ref, name, which)
     target = Path(work_dir) / f"{name}-v{version.version}"
-    path = download_model_dir(tracking_uri, name, str(version.version), target)
-    if path is None:
+    downloaded = download_model_dir(tracking_uri, name, str(version.version), target)
+    if downloaded is None:
         raise FileNotFoundError(f"{ref}: version {version.version} could not be loaded")
-    return ModelRef(ref, str(path), name, str(version.version), logged_model_id(version))
+    return ModelRef(ref, str(downloaded), name, str(version.version), logged_model_id(version))
 
 
 def logged_model_id(version: Any) -> str | None:
@@ -137,7 +137,8 @@ def benchmark_dataset(benchmark: Benchmark):
         warnings.simplefilter("ignore", UserWarning)
         source = resolve_dataset_source(str(Path(benchmark.path).resolve()))
     sha = benchmark_info(benchmark)["sha256"] or ""
-    return MetaDataset(source, name=benchmark.name, digest=(sha[:16] or None))
+    # MLflow marks Dataset.profile abstract, but Dataset is no ABC: MetaDataset is usable as it is
+    return MetaDataset(source, name=benchmark.name, digest=(sha[:16] or None))  # type: ignore[abstract]
 
 
 def _experiment_of(client: Any, model: ModelRef) -> str | None:
@@ -191,6 +192,7 @@ def log_benchmark_run(
         mlflow.log_metrics(metrics, model_id=model.model_id, dataset=benchmark_dataset(benchmark))
         for path in (files or {}).values():
             mlflow.log_artifact(str(path), f"eval/{bench}")
+    assert model.name is not None  # a registered version: the only kind logged here
     client.set_model_version_tag(model.name, model.version, f"eval.{bench}.run_id", run.info.run_id)
     return {
         "tracking_uri": tracking_uri,

@@ -84,6 +84,7 @@ def infer_task(model_dir: str | Path) -> str:
 def _load_components(model_dir: Path, task: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+    loader: Any  # a peft or a transformers auto class: each has from_pretrained
     if is_peft_adapter(model_dir):
         from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
 

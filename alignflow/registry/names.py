@@ -20,7 +20,8 @@ def registered_model_names(tracking_uri: str) -> list[str]:
     """Every registered model name in the store, sorted (all pages of the search)."""
     from mlflow import MlflowClient
 
-    client, names, token = MlflowClient(tracking_uri), [], None
+    client, token = MlflowClient(tracking_uri), None
+    names: list[str] = []
     while True:
         page = client.search_registered_models(max_results=1000, page_token=token)
         names.extend(model.name for model in page)

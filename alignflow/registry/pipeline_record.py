@@ -74,7 +74,8 @@ def log_data_version(data_dir: str | Path, data_version: str, context: str = DAT
     with warnings.catch_warnings():  # MLflow registers its local source twice and says so
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
         source = resolve_dataset_source(str(Path(data_dir).resolve()))
-    dataset = MetaDataset(source, name=Path(data_dir).name, digest=data_version)
+    # MLflow marks Dataset.profile abstract, but Dataset is no ABC: MetaDataset is usable as it is
+    dataset = MetaDataset(source, name=Path(data_dir).name, digest=data_version)  # type: ignore[abstract]
     mlflow.log_input(dataset, context=context)
 
 

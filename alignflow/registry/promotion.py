@@ -300,6 +300,7 @@ def gates_for(
     champion reward model exists, not clearly worse than it. Against a champion, both must
     also pass the slice gate (``slices``: False when no slice was big enough to judge).
     """
+    candidates: list[tuple[str, str, Op, float | None, Bound]]  # a None threshold: no gate
     if human:  # the people who used both versions decide: the live A/B verdict alone
         if role != "policy":
             raise ValueError("the human gate judges policies")

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import mlflow
 from mlflow import MlflowClient
@@ -73,7 +73,7 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
     return client.create_experiment(name, artifact_location=location or artifact_location)
 
 
-def _is_local_path(location: str | None) -> bool:
+def _is_local_path(location: str | None) -> TypeGuard[str]:
     return bool(location) and "://" not in str(location) and not str(location).startswith("file:")
 
 
