@@ -237,8 +237,9 @@ class MultiObjectiveRewardModel(RewardModel):
         """Weighted sum over the last axis, kept as ``[batch, 1]``."""
         return (multi_rewards * self.objective_weights).sum(dim=-1, keepdim=True)
 
-    def forward(
-        self, input_ids, attention_mask=None, return_dict: bool = True, *, return_all_objectives: bool = False
+    # spec 000's order, return_all_objectives before return_dict (positional callers rely on it)
+    def forward(  # type: ignore[override]
+        self, input_ids, attention_mask=None, return_all_objectives: bool = False, return_dict: bool = True
     ):
         rewards = self.objective_rewards(input_ids, attention_mask)
         combined = self.combine_objectives(rewards)

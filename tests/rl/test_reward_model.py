@@ -148,6 +148,9 @@ def test_multi_objective_model_combines_heads_and_masks_its_loss(
     expected = out["rewards"] @ torch.tensor([0.5, 0.3, 0.2])
     torch.testing.assert_close(out["combined_reward"].squeeze(-1), expected)
     torch.testing.assert_close(model.score(**enc), expected)
+    # spec 000's positional order: (input_ids, attention_mask, return_all_objectives, return_dict)
+    positional = model(enc["input_ids"], enc["attention_mask"], True, False)
+    torch.testing.assert_close(positional, out["rewards"])
 
     targets = torch.randn(4, 3)
     mask = torch.tensor([1.0, 0.0, 1.0])
