@@ -30,6 +30,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    held_out_metrics,
     require_length_fits,
     resolve_start_model,
     trainer_arguments,
@@ -173,12 +174,12 @@ def run_dpo(
     require_length_fits(trainer.model, tokenizer, stage.max_length, f"dpo.max_length ({stage.method})", start)
     metrics: dict[str, float] = reference_metrics(trainer)
     if eval_ds is not None:
-        metrics.update(_prefixed(trainer.evaluate(), "before_"))
+        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
     metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_ds is not None:
-        metrics.update(_prefixed(trainer.evaluate(), ""))
+        metrics.update(held_out_metrics(trainer.evaluate()))
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage("dpo", output_dir, model_dir, metrics, resumed_from)
 
@@ -190,12 +191,3 @@ def reference_metrics(trainer: Any) -> dict[str, float]:
         metrics[f"reference/{split}_cached"] = float(event["cached"])
         metrics[f"reference/{split}_seconds"] = float(event["seconds"])
     return metrics
-
-
-def _prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
-    """``eval_rewards/accuracies`` -> ``eval/<prefix>rewards/accuracies``; numbers only."""
-    out = {}
-    for key, value in metrics.items():
-        if isinstance(value, int | float) and key.startswith("eval_"):
-            out[f"eval/{prefix}{key[len('eval_') :]}"] = float(value)
-    return out

@@ -26,6 +26,7 @@ from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
+from alignflow.evaluation.metric_names import before_key, eval_key
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
@@ -220,11 +221,11 @@ def run_grpo(
     metrics: dict[str, float] = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
     if eval_rows:
         n = stage.max_completion_length
-        metrics["eval/reward_before"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
+        metrics[before_key("reward")] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
     metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_rows:
-        metrics["eval/reward"] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
+        metrics[eval_key("reward")] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage("grpo", output_dir, model_dir, metrics, resumed_from)

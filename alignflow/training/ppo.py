@@ -43,6 +43,7 @@ from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
+from alignflow.evaluation.metric_names import before_key, eval_key
 from alignflow.models.factory import peft_config, select_dtype
 from alignflow.models.prompting import format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
@@ -384,7 +385,7 @@ def run_ppo(
 
     ``reward_scorer(prompts, responses) -> rewards`` scores rollouts in place of loading
     ``ppo.reward_model`` (a custom reward model object). Metrics: greedy mean reward on the
-    eval prompts before and after (``eval/reward_before``, ``eval/reward``, and per source),
+    eval prompts before and after (``eval/before_reward``, ``eval/reward``, and per source),
     the last iteration's KL and coefficient, the iterations done (``global_step``); the
     per-iteration metrics are in ``history.jsonl`` (:func:`load_history`).
     """
@@ -417,7 +418,7 @@ def run_ppo(
     metrics: dict[str, float] = {"train/prompts": float(len(train_rows))}
     if eval_rows:
         before = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
-        metrics.update({f"eval/{k}_before": v for k, v in before.items()})
+        metrics.update({before_key(k): v for k, v in before.items()})
 
     checkpoint = last_complete_checkpoint(checkpoints_dir) if stage.resume else None
     if checkpoint is not None:
@@ -430,7 +431,7 @@ def run_ppo(
 
     if eval_rows:
         after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
-        metrics.update({f"eval/{k}": v for k, v in after.items()})
+        metrics.update({eval_key(k): v for k, v in after.items()})
     last = trainer.history[-1] if trainer.history else {}
     metrics.update(
         {

@@ -25,6 +25,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    held_out_metrics,
     require_length_fits,
     resolve_start_model,
     trainer_arguments,
@@ -98,11 +99,11 @@ def run_sft(
     )
     metrics: dict[str, float] = {}
     if eval_rows:
-        metrics["eval_loss_before"] = trainer.evaluate()["eval_loss"]
+        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
     metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if eval_rows:
-        metrics["eval_loss"] = trainer.evaluate()["eval_loss"]
+        metrics.update(held_out_metrics(trainer.evaluate()))
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage("sft", output_dir, model_dir, metrics, resumed_from)

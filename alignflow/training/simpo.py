@@ -29,6 +29,7 @@ from alignflow.training.stage import (
     begin_stage,
     filter_known_args,
     finish_stage,
+    held_out_metrics,
     require_length_fits,
     resolve_start_model,
     trainer_arguments,
@@ -108,20 +109,11 @@ def run_simpo(
     has_eval = trainer.eval_dataset is not None
     metrics: dict[str, float] = {}
     if has_eval:
-        metrics.update(eval_metrics(trainer.evaluate(), "before_"))
+        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
     output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
     metrics["train_loss"] = output.training_loss
     metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     if has_eval:
-        metrics.update(eval_metrics(trainer.evaluate(), ""))
+        metrics.update(held_out_metrics(trainer.evaluate()))
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage(STAGE, output_dir, model_dir, metrics, resumed_from)
-
-
-def eval_metrics(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
-    """``eval_rewards/accuracies`` -> ``eval/<prefix>rewards/accuracies`` (DPO's names); numbers only."""
-    return {
-        f"eval/{prefix}{key.removeprefix('eval_')}": float(value)
-        for key, value in metrics.items()
-        if key.startswith("eval_") and isinstance(value, int | float) and not isinstance(value, bool)
-    }

@@ -31,6 +31,7 @@ import torch
 from alignflow import progress
 from alignflow.data.pairing import corpus_texts
 from alignflow.errors import InputError
+from alignflow.evaluation.metric_names import before_key, eval_key
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
@@ -149,6 +150,17 @@ def filter_known_args(config_cls: type, kwargs: Mapping[str, Any]) -> dict[str, 
 
     known = {f.name for f in dataclasses.fields(config_cls)}
     return {k: v for k, v in kwargs.items() if k in known}
+
+
+def held_out_metrics(evaluated: Mapping[str, Any], before: bool = False) -> dict[str, float]:
+    """A trainer's ``evaluate()`` figures in the one held-out spelling, numbers only:
+    ``eval_loss`` -> ``eval/loss``, or ``eval/before_loss`` when measured before training."""
+    name = before_key if before else eval_key
+    return {
+        name(key.removeprefix("eval_")): float(value)
+        for key, value in evaluated.items()
+        if key.startswith("eval_") and isinstance(value, int | float) and not isinstance(value, bool)
+    }
 
 
 def finish_stage(

@@ -71,7 +71,7 @@ def test_sft_on_two_gloo_processes_matches_one_process(snapshot_and_base, tmp_pa
     assert Path(double.output_dir) == tmp_path / "two"
 
     # the stage learned, so matching losses are not two untrained models agreeing
-    assert double.metrics["eval_loss"] < 0.8 * double.metrics["eval_loss_before"]
-    assert math.isclose(double.metrics["eval_loss_before"], single.metrics["eval_loss_before"], rel_tol=1e-4)
-    assert math.isclose(double.metrics["eval_loss"], single.metrics["eval_loss"], rel_tol=0.05)
+    assert double.metrics["eval/loss"] < 0.8 * double.metrics["eval/before_loss"]
+    assert math.isclose(double.metrics["eval/before_loss"], single.metrics["eval/before_loss"], rel_tol=1e-4)
+    assert math.isclose(double.metrics["eval/loss"], single.metrics["eval/loss"], rel_tol=0.05)
     assert math.isclose(double.metrics["train_loss"], single.metrics["train_loss"], rel_tol=0.05)

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 def test_sft_lowers_eval_loss(sft_result):
     m = sft_result.metrics
-    assert m["eval_loss"] < 0.5 * m["eval_loss_before"]
+    assert m["eval/loss"] < 0.5 * m["eval/before_loss"]
     assert (tmp := sft_result.model_dir) and (__import__("pathlib").Path(tmp) / "model.safetensors").exists()
 
 
@@ -46,4 +46,4 @@ def test_grpo_raises_verifiable_reward(sft_result, demo_snapshot, demo_config, t
     result = run_grpo(
         demo_config("grpo.save_steps=1000"), demo_snapshot, tmp_path, model_path=sft_result.model_dir
     )
-    assert result.metrics["eval/reward"] > result.metrics["eval/reward_before"], result.metrics
+    assert result.metrics["eval/reward"] > result.metrics["eval/before_reward"], result.metrics

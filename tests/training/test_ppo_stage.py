@@ -154,7 +154,7 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
     assert sorted(m.step for m in evaluated) == [20, 40]
     assert logged.metrics["ppo/global_step"] == 40
     # greedy eval reward is measured before and after (it is not what PPO optimises: sampled reward is)
-    assert {"eval/reward_before", "eval/reward", "eval/correctness", "eval/format"} <= set(result.metrics)
+    assert {"eval/before_reward", "eval/reward", "eval/correctness", "eval/format"} <= set(result.metrics)
     assert abs(result.metrics["train/kl"]) < 5.0
 
     assert json.loads((tmp_path / "ppo" / "result.json").read_text())["stage"] == "ppo"
@@ -187,9 +187,9 @@ def test_ppo_stage_scores_with_a_reward_stage_model(demo_config, demo_snapshot, 
         "ppo.verifiable_rewards=[format]",
     )
     result = run_ppo(config, demo_snapshot, tmp_path / "ppo", model_path=sft_result.model_dir)
-    assert {"eval/reward_model_before", "eval/format_before", "eval/reward_model"} <= set(result.metrics)
-    assert result.metrics["eval/reward_before"] == pytest.approx(
-        result.metrics["eval/reward_model_before"] + result.metrics["eval/format_before"]
+    assert {"eval/before_reward_model", "eval/before_format", "eval/reward_model"} <= set(result.metrics)
+    assert result.metrics["eval/before_reward"] == pytest.approx(
+        result.metrics["eval/before_reward_model"] + result.metrics["eval/before_format"]
     )
     assert meta.std > 0 and result.metrics["global_step"] == 2
 

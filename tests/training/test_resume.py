@@ -64,7 +64,7 @@ def test_sigkilled_sft_resumes_to_the_same_model(demo_snapshot, tmp_path):
     straight = json.loads((reference / "result.json").read_text())
     assert resumed["resumed_from"] and int(resumed["resumed_from"].rsplit("-", 1)[1]) >= 15
     assert straight["resumed_from"] is None
-    assert resumed["metrics"]["eval_loss"] == pytest.approx(straight["metrics"]["eval_loss"], rel=1e-4)
+    assert resumed["metrics"]["eval/loss"] == pytest.approx(straight["metrics"]["eval/loss"], rel=1e-4)
     a = load_file(killed / "model" / "model.safetensors")
     b = load_file(reference / "model" / "model.safetensors")
     assert a.keys() == b.keys()
