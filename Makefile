@@ -7,7 +7,7 @@ export DO_NOT_TRACK := 1
 # every package at the version the suite last passed with (`make lock` refreshes it)
 LOCK := requirements/lock.txt
 
-.PHONY: install reinstall demo screenshots test bench lint format lock lock-check pins pins-check \
+.PHONY: install reinstall demo screenshots test bench lint typecheck format lock lock-check pins pins-check \
 	base-image image postgres-image stack-up stack-down
 
 install:
@@ -54,10 +54,14 @@ test: install
 bench: install
 	$(PYTHON) -m bench
 
-lint:
+lint: typecheck
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	hadolint Dockerfile
+
+# mypy on the package, the flows and the tasks (its settings: [tool.mypy] in pyproject.toml)
+typecheck: install
+	$(PYTHON) -m mypy
 
 format:
 	$(PYTHON) -m ruff check --fix .

@@ -1,6 +1,5 @@
 """The training chain's plan: which steps run, what each starts from, what its policy is judged on."""
 
-
 import pytest
 
 from alignflow.config import load_config
