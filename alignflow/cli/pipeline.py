@@ -71,8 +71,9 @@ def render_summary(summary: dict[str, Any]) -> None:
 
 def planned_stages(config: Any) -> list[str]:
     """The stages a run goes through, in order (the live view lists them from the start)."""
-    sft = ["sft"] if config.policy.run_sft else []
-    return ["data", *sft, "reward", "policy", "evaluate", "register", "promote"]
+    from alignflow.training.chain import steps_for
+
+    return ["data", *(step.role for step in steps_for(config)), "evaluate", "register", "promote"]
 
 
 def _unchanged_run(config: Any) -> dict[str, Any] | None:

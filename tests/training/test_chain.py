@@ -81,3 +81,11 @@ def test_held_out_prompts_are_the_eval_splits_distinct_prompts_else_the_train_sp
     assert [r["prompt"] for r in held_out_prompts(tmp_path, limit=2)] == ["q1", "q2"]
     splits["eval"] = []
     assert [r["prompt"] for r in held_out_prompts(tmp_path)] == ["t1"]
+
+
+def test_the_live_view_plans_the_chains_steps_between_data_and_evaluation():
+    from alignflow.cli.pipeline import planned_stages
+
+    after = ["evaluate", "register", "promote"]
+    assert planned_stages(load_config(None, [])) == ["data", "sft", "reward", "policy", *after]
+    assert planned_stages(load_config(None, ["policy.run_sft=false"])) == ["data", "reward", "policy", *after]
