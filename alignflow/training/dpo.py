@@ -23,16 +23,15 @@ from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.training.batching import LengthGroupedMixin
-from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.reference_logps import CachedReferenceMixin
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
-    finish_stage,
-    held_out_metrics,
     require_length_fits,
     resolve_start_model,
+    train_and_finish,
     trainer_arguments,
 )
 from alignflow.training.tracking import TrackingCallback
@@ -172,16 +171,7 @@ def run_dpo(
         **trainer_kwargs,
     )
     require_length_fits(trainer.model, tokenizer, stage.max_length, f"dpo.max_length ({stage.method})", start)
-    metrics: dict[str, float] = reference_metrics(trainer)
-    if eval_ds is not None:
-        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
-    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
-    metrics["train_loss"] = output.training_loss
-    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
-    if eval_ds is not None:
-        metrics.update(held_out_metrics(trainer.evaluate()))
-    model_dir = save_final_model(trainer, output_dir)
-    return finish_stage("dpo", output_dir, model_dir, metrics, resumed_from)
+    return train_and_finish("dpo", trainer, output_dir, stage.resume, reference_metrics(trainer))
 
 
 def reference_metrics(trainer: Any) -> dict[str, float]:

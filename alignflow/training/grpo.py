@@ -26,18 +26,18 @@ from alignflow.data.halves import rows_for
 from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
-from alignflow.evaluation.metric_names import before_key, eval_key
+from alignflow.evaluation.metric_names import eval_key
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
-from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
-    finish_stage,
     resolve_start_model,
+    train_and_finish,
     trainer_arguments,
 )
 from alignflow.training.tracking import TrackingCallback
@@ -218,14 +218,12 @@ def run_grpo(
         callbacks=[TrackingCallback({"grpo": stage.model_dump(), "model": config.model.model_dump()})],
         **extra,
     )
-    metrics: dict[str, float] = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
-    if eval_rows:
+    prompts_cut = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
+
+    def held_out() -> dict[str, float]:  # the reward functions' mean on the eval prompts
+        if not eval_rows:
+            return {}
         n = stage.max_completion_length
-        metrics[before_key("reward")] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
-    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
-    metrics["train_loss"] = output.training_loss
-    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
-    if eval_rows:
-        metrics[eval_key("reward")] = mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)
-    model_dir = save_final_model(trainer, output_dir)
-    return finish_stage("grpo", output_dir, model_dir, metrics, resumed_from)
+        return {eval_key("reward"): mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)}
+
+    return train_and_finish("grpo", trainer, output_dir, stage.resume, prompts_cut, held_out)

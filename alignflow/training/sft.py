@@ -19,15 +19,14 @@ from alignflow.data.pairing import best_responses, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
-from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
-    finish_stage,
-    held_out_metrics,
     require_length_fits,
     resolve_start_model,
+    train_and_finish,
     trainer_arguments,
 )
 from alignflow.training.tracking import TrackingCallback
@@ -97,13 +96,4 @@ def run_sft(
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"sft": stage.model_dump(), "model": config.model.model_dump()})],
     )
-    metrics: dict[str, float] = {}
-    if eval_rows:
-        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
-    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
-    metrics["train_loss"] = output.training_loss
-    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
-    if eval_rows:
-        metrics.update(held_out_metrics(trainer.evaluate()))
-    model_dir = save_final_model(trainer, output_dir)
-    return finish_stage("sft", output_dir, model_dir, metrics, resumed_from)
+    return train_and_finish("sft", trainer, output_dir, stage.resume)

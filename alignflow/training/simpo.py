@@ -22,16 +22,15 @@ from alignflow.errors import InputError
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import cut_prompt_text
 from alignflow.training.batching import LengthGroupedMixin
-from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
+from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo import pair_dataset
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
-    finish_stage,
-    held_out_metrics,
     require_length_fits,
     resolve_start_model,
+    train_and_finish,
     trainer_arguments,
 )
 from alignflow.training.tracking import TrackingCallback
@@ -106,14 +105,4 @@ def run_simpo(
     stage = config.simpo
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     trainer = build_trainer(config, seed, data_dir, output_dir, model_path)
-    has_eval = trainer.eval_dataset is not None
-    metrics: dict[str, float] = {}
-    if has_eval:
-        metrics.update(held_out_metrics(trainer.evaluate(), before=True))
-    output, resumed_from = train_with_resume(trainer, output_dir, stage.resume)
-    metrics["train_loss"] = output.training_loss
-    metrics["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
-    if has_eval:
-        metrics.update(held_out_metrics(trainer.evaluate()))
-    model_dir = save_final_model(trainer, output_dir)
-    return finish_stage(STAGE, output_dir, model_dir, metrics, resumed_from)
+    return train_and_finish(STAGE, trainer, output_dir, stage.resume)

@@ -9,9 +9,9 @@ StageResult`` registered in :mod:`alignflow.training.registry`. To write a new o
 3. build the trainer class with :class:`~alignflow.training.checkpoints.StageTrainerMixin`
    first in its bases, add :class:`~alignflow.training.tracking.TrackingCallback` to its
    callbacks;
-4. call :func:`~alignflow.training.checkpoints.train_with_resume` (it resumes from the last
-   complete checkpoint and returns the checkpoint it resumed from), then
-   :func:`~alignflow.training.checkpoints.save_final_model` and :func:`finish_stage`.
+4. end with :func:`train_and_finish`: held-out figures before and after, training resumed
+   from the last complete checkpoint, the model saved and ``result.json`` written (a stage
+   with its own loop, like PPO, calls :func:`finish_stage` itself).
 
 ``output_dir`` holds ``checkpoints/``, ``model/`` and ``result.json``.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,12 @@ import torch
 from alignflow import progress
 from alignflow.data.pairing import corpus_texts
 from alignflow.errors import InputError
-from alignflow.evaluation.metric_names import before_key, eval_key
+from alignflow.evaluation.metric_names import EVAL, before_key, eval_key
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
-from alignflow.training.checkpoints import CHECKPOINTS
+from alignflow.training.checkpoints import CHECKPOINTS, save_final_model, train_with_resume
 from alignflow.training.stage_config import RunConfig, StageConfig
 
 RESULT = "result.json"
@@ -152,15 +152,45 @@ def filter_known_args(config_cls: type, kwargs: Mapping[str, Any]) -> dict[str, 
     return {k: v for k, v in kwargs.items() if k in known}
 
 
-def held_out_metrics(evaluated: Mapping[str, Any], before: bool = False) -> dict[str, float]:
+def held_out_metrics(evaluated: Mapping[str, Any]) -> dict[str, float]:
     """A trainer's ``evaluate()`` figures in the one held-out spelling, numbers only:
-    ``eval_loss`` -> ``eval/loss``, or ``eval/before_loss`` when measured before training."""
-    name = before_key if before else eval_key
+    ``eval_loss`` -> ``eval/loss``."""
     return {
-        name(key.removeprefix("eval_")): float(value)
+        eval_key(key.removeprefix("eval_")): float(value)
         for key, value in evaluated.items()
         if key.startswith("eval_") and isinstance(value, int | float) and not isinstance(value, bool)
     }
+
+
+def as_before(held_out: Mapping[str, float]) -> dict[str, float]:
+    """``eval/<name>`` figures measured before training, as ``eval/before_<name>``."""
+    return {before_key(key.removeprefix(f"{EVAL}/")): value for key, value in held_out.items()}
+
+
+def train_and_finish(
+    name: str,
+    trainer: Any,
+    output_dir: Path,
+    resume: bool,
+    metrics: Mapping[str, float] | None = None,
+    held_out: Callable[[], dict[str, float]] | None = None,
+) -> StageResult:
+    """The end every trainer-based stage shares: its held-out figures before (``eval/before_*``)
+    and after (``eval/*``) training, training resumed from the last complete checkpoint, what
+    ran (``train_loss``, ``global_step`` from the trainer's state), the model saved and the
+    result written. ``held_out`` measures them (default: the trainer's ``evaluate()`` on its
+    eval set, when it has one)."""
+
+    def evaluated() -> dict[str, float]:
+        return held_out_metrics(trainer.evaluate()) if trainer.eval_dataset is not None else {}
+
+    measure = held_out or evaluated
+    figures = {**(metrics or {}), **as_before(measure())}
+    output, resumed_from = train_with_resume(trainer, output_dir, resume)
+    figures["train_loss"] = output.training_loss
+    figures["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
+    figures.update(measure())
+    return finish_stage(name, output_dir, save_final_model(trainer, output_dir), figures, resumed_from)
 
 
 def finish_stage(

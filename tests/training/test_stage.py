@@ -84,3 +84,12 @@ def test_activation_checkpointing_follows_the_stage_config(stage, tmp_path):
         args = trl_config(**filter_known_args(trl_config, kwargs))
         assert args.gradient_checkpointing is wanted
         assert getattr(args, "activation_checkpointing", wanted) is wanted
+
+
+def test_held_out_figures_have_one_spelling_before_and_after_training():
+    from alignflow.training.stage import as_before, held_out_metrics
+
+    evaluated = {"eval_loss": 0.5, "eval_rewards/accuracies": 0.75, "eval_done": True, "epoch": 1.0}
+    after = held_out_metrics(evaluated)
+    assert after == {"eval/loss": 0.5, "eval/rewards/accuracies": 0.75}  # numbers only, eval_ only
+    assert as_before(after) == {"eval/before_loss": 0.5, "eval/before_rewards/accuracies": 0.75}
