@@ -27,27 +27,12 @@ from alignflow.registry.runs import child_runs
 from flows.artifacts import GATES_TABLE, artifact_key
 from tasks.evaluation import COMPLETIONS_TABLE
 from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
+from tests.flows.conftest import TINY_FLOW
 from tests.flows.prefect_reads import flow_runs_named, read_flow_run, run_logs
 
 pytestmark = pytest.mark.slow
 PROJECT = "watch-demo"
-TINY = [
-    f"project={PROJECT}",
-    "data.demo_rows=400",
-    "data.demo_scored_rows=50",
-    "sft.max_steps=30",
-    "reward.max_steps=10",
-    "dpo.max_steps=4",
-    "evaluation.max_prompts=16",
-    "evaluation.max_pairs=20",
-    "evaluation.kl_samples=4",
-    # a tiny model cannot pass the demo's gates; these let the first run make a champion
-    "promotion.min_judged_rows=1",
-    "promotion.min_task_accuracy_gain=null",
-    "promotion.min_win_rate_vs_reference=null",
-    "promotion.max_length_growth=null",
-    "promotion.min_reward_accuracy=null",
-]
+TINY = [*TINY_FLOW, f"project={PROJECT}", "dpo.max_steps=4"]
 STAGES = ("data", "sft", "reward", "policy", "evaluate", "register", "promote")
 
 

@@ -11,27 +11,10 @@ from mlflow import MlflowClient
 
 from alignflow.registry.runs import child_runs
 from flows.retrain import retrain
+from tests.flows.conftest import TINY_FLOW
 
 pytestmark = pytest.mark.slow
-TINY = [
-    "project=simpo-demo",
-    "policy.algorithm=simpo",
-    "data.demo_rows=400",
-    "data.demo_scored_rows=50",
-    "sft.max_steps=30",
-    "reward.max_steps=10",
-    "simpo.max_steps=4",
-    "simpo.save_steps=2",
-    "evaluation.max_prompts=16",
-    "evaluation.max_pairs=20",
-    "evaluation.kl_samples=4",
-    # a tiny model cannot pass the demo's gates; these let it be judged and registered
-    "promotion.min_judged_rows=1",
-    "promotion.min_task_accuracy_gain=null",
-    "promotion.min_win_rate_vs_reference=null",
-    "promotion.max_length_growth=null",
-    "promotion.min_reward_accuracy=null",
-]
+TINY = [*TINY_FLOW, "project=simpo-demo", "policy.algorithm=simpo", "simpo.max_steps=4", "simpo.save_steps=2"]
 
 
 def test_simpo_runs_as_the_flows_policy_step(tmp_path):
