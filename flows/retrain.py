@@ -197,16 +197,16 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
     # which train rows SFT and the reward model read is an input of theirs (their own config
     # sections do not hold `policy.reward_data`): it goes into their cache keys
     rows = "|rows=disjoint-halves" if config.policy.reward_data == "disjoint" else ""
-    reward_key: list[str] = []  # the reward step's cache folder: the policy's key names it
 
     def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> dict[str, Any]:
         if step.role == "sft":
             return stages.run("sft", stages.inputs("sft", rows))
         if step.role == "reward":
-            inputs = stages.inputs("reward", f"init={start or ''}{rows}", model_path=start)
-            reward_key.append(inputs.output_dir)
-            return stages.run("reward", inputs)
-        upstream = f"sft={start or ''}|reward={reward_key[0]}"
+            return stages.run(
+                "reward", stages.inputs("reward", f"init={start or ''}{rows}", model_path=start)
+            )
+        # the policy's key names the reward step's output folder (itself named by that step's key)
+        upstream = f"sft={start or ''}|reward={done['reward']['output_dir']}"
         config_json = with_reward_model(stages.config_json, model_dir(done["reward"]))
         return stages.run(
             "policy", stages.inputs("policy", upstream, config_json=config_json, model_path=start)
