@@ -17,7 +17,6 @@ TRL's own ``_compute_loss``). Loss types:
 from __future__ import annotations
 
 import copy
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,12 +24,20 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from alignflow.losses.dpo_loss_types import DPO_LOSS_TYPES
 from alignflow.losses.dpo_losses import PairLogps, dpo_family_loss
 from alignflow.losses.functional import sequence_logprobs
-from alignflow.registry.tracking import log_metrics
+from alignflow.rl.trainer_loop import (
+    callbacks,
+    history_from_log,
+    last_train_log,
+    loop_arguments,
+    optimizer_steps,
+    output_folder,
+    without_eval_prefix,
+)
 
 
 @dataclass
@@ -187,8 +194,65 @@ def completion_logps(model, batch: dict[str, torch.Tensor]):
     return logps.chunk(2)
 
 
+class ZeroReferenceMixin:
+    """DPO against a uniform reference: every reference log-probability is zero.
+
+    Mixed into a TRL ``DPOTrainer`` run with ``precompute_ref_log_probs``, so TRL keeps no
+    reference model in memory and reads the (zero) reference log-probs from the dataset;
+    the pipeline's reference-free stage and the research trainer both use it.
+    """
+
+    def _precompute_ref_logps(self, dataset, name, batch_size):
+        zeros = [0.0] * len(dataset)
+        return dataset.add_column("ref_chosen_logps", zeros).add_column("ref_rejected_logps", zeros)
+
+    def compute_ref_log_probs(self, model, inputs):
+        zeros = torch.zeros(inputs["input_ids"].shape[0] // 2, device=inputs["input_ids"].device)
+        return zeros, zeros.clone()
+
+
+def trl_rows(dataset: PreferenceDataset):
+    """The dataset's own token ids as TRL's tokenised rows (``prompt_ids``, ``chosen_ids``,
+    ``rejected_ids``), so TRL trains on exactly what :meth:`DPOTrainer.evaluate` scores."""
+    from datasets import Dataset as HFDataset
+
+    rows = []
+    for item in dataset.items:
+        prompt_len = item["chosen_completion_mask"].index(1)
+        rows.append(
+            {
+                "prompt_ids": item["chosen_input_ids"][:prompt_len],
+                "chosen_ids": item["chosen_input_ids"][prompt_len:],
+                "rejected_ids": item["rejected_input_ids"][prompt_len:],
+            }
+        )
+    return HFDataset.from_list(rows)
+
+
+def _engine_class(reference_free: bool) -> type:
+    """TRL's DPOTrainer, the engine of the pipeline's DPO stage, fed rows tokenised already."""
+    from trl import DPOTrainer as TRLDPOTrainer
+
+    class TokenisedDPOTrainer(TRLDPOTrainer):
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            return dataset  # trl_rows: tokenised, truncated and EOS-terminated by PreferenceDataset
+
+    if not reference_free:
+        return TokenisedDPOTrainer
+
+    class ReferenceFreeTokenisedDPOTrainer(ZeroReferenceMixin, TokenisedDPOTrainer):
+        pass
+
+    return ReferenceFreeTokenisedDPOTrainer
+
+
 class DPOTrainer:
-    """Trains a causal LM on a :class:`PreferenceDataset` with the DPO family of losses."""
+    """Trains a causal LM on a :class:`PreferenceDataset` with the DPO family of losses.
+
+    ``train`` runs TRL's DPOTrainer (the pipeline's DPO engine) on the dataset's token ids;
+    ``compute_loss`` and ``evaluate`` score a batch or a dataset with :func:`dpo_loss`, which
+    equals TRL's loss on identical log-probs.
+    """
 
     def __init__(self, config: DPOConfig, tokenizer=None, model=None, ref_model=None):
         if model is None and not config.model_name:
@@ -207,9 +271,6 @@ class DPOTrainer:
         else:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).to(self.device)
             self.ref_model.eval().requires_grad_(False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-        self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None  # set by train()
         self.global_step = 0
         self.history: list[dict[str, float]] = []
 
@@ -251,14 +312,9 @@ class DPOTrainer:
         }
         return losses.mean(), metrics
 
-    def _loader(self, dataset: PreferenceDataset, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.config.seed)
+    def _loader(self, dataset: PreferenceDataset) -> DataLoader:
         return DataLoader(
-            dataset,
-            batch_size=self.config.batch_size,
-            shuffle=shuffle,
-            collate_fn=dataset.collate,
-            generator=generator if shuffle else None,
+            dataset, batch_size=self.config.batch_size, shuffle=False, collate_fn=dataset.collate
         )
 
     @torch.no_grad()
@@ -269,7 +325,7 @@ class DPOTrainer:
         totals: dict[str, float] = {}
         count = 0
         try:
-            for batch in self._loader(dataset, shuffle=False):
+            for batch in self._loader(dataset):
                 loss, metrics = self.compute_loss(batch)
                 n = batch["chosen_input_ids"].size(0)
                 for key, value in {"loss": loss.item(), **metrics}.items():
@@ -279,66 +335,63 @@ class DPOTrainer:
             self.model.train(was_training)
         return {key: value / count for key, value in totals.items()}
 
-    def _optimizer_step(self) -> None:
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
-        assert self.scheduler is not None  # train() sets it before the first step
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.global_step += 1
+    def _engine_arguments(self, output_dir: str, train_size: int, has_eval: bool):
+        from trl import DPOConfig as TRLDPOConfig
+
+        cfg = self.config
+        steps = optimizer_steps(train_size, cfg.batch_size, cfg.gradient_accumulation_steps, cfg.num_epochs)
+        evaluates = has_eval and cfg.eval_every > 0
+        saves = bool(cfg.output_dir) and cfg.save_every > 0
+        return TRLDPOConfig(
+            output_dir=output_dir,
+            **loop_arguments(
+                device=self.device,
+                batch_size=cfg.batch_size,
+                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                learning_rate=cfg.learning_rate,
+                max_grad_norm=cfg.max_grad_norm,
+                seed=cfg.seed,
+                num_epochs=cfg.num_epochs,
+            ),
+            lr_scheduler_type="linear",
+            warmup_steps=int(cfg.warmup_ratio * steps),
+            beta=cfg.beta,
+            label_smoothing=cfg.label_smoothing,
+            loss_type=[cfg.loss_type],
+            max_length=cfg.max_length,
+            precompute_ref_log_probs=cfg.reference_free,
+            eval_strategy="steps" if evaluates else "no",
+            eval_steps=cfg.eval_every if evaluates else None,
+            save_strategy="steps" if saves else "no",
+            save_steps=cfg.save_every if saves else 500,
+        )
 
     def train(self, dataset: PreferenceDataset, eval_dataset: PreferenceDataset | None = None) -> dict:
-        """Run ``num_epochs`` over ``dataset``; returns the last train and eval metrics and the history."""
-        cfg = self.config
-        random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        loader = self._loader(dataset, shuffle=True)
-        total_steps = max(1, math.ceil(len(loader) / cfg.gradient_accumulation_steps) * cfg.num_epochs)
-        self.scheduler = get_linear_schedule_with_warmup(
-            self.optimizer, int(cfg.warmup_ratio * total_steps), total_steps
-        )
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        train_metrics: dict[str, float] = {}
-        eval_metrics: dict[str, float] = {}
-        for epoch in range(cfg.num_epochs):
-            pending = 0
-            for batch in loader:
-                loss, metrics = self.compute_loss(batch)
-                (loss / cfg.gradient_accumulation_steps).backward()
-                pending += 1
-                train_metrics = {"loss": loss.item(), **metrics, "epoch": epoch}
-                if pending < cfg.gradient_accumulation_steps:
-                    continue
-                pending = 0
-                self._optimizer_step()
-                eval_metrics = self._after_step(train_metrics, eval_dataset) or eval_metrics
-            if pending:
-                self._optimizer_step()
-                eval_metrics = self._after_step(train_metrics, eval_dataset) or eval_metrics
-        if eval_dataset is not None:
-            eval_metrics = self.evaluate(eval_dataset)
-            log_metrics({f"eval/{k}": v for k, v in eval_metrics.items()}, self.global_step)
+        """Run ``num_epochs`` over ``dataset``; returns the last train and eval metrics and the history,
+        all read from the engine's own log and state."""
+        random.seed(self.config.seed)
+        torch.manual_seed(self.config.seed)
+        with output_folder(self.config.output_dir) as output_dir:
+            engine = _engine_class(self.config.reference_free)(
+                model=self.model,
+                ref_model=self.ref_model,
+                args=self._engine_arguments(output_dir, len(dataset), eval_dataset is not None),
+                train_dataset=trl_rows(dataset),
+                eval_dataset=trl_rows(eval_dataset) if eval_dataset is not None else None,
+                processing_class=self.tokenizer,
+                callbacks=callbacks(),
+            )
+            engine.train()
+            eval_metrics = without_eval_prefix(engine.evaluate()) if eval_dataset is not None else {}
+        self.model = engine.model
+        self.global_step += engine.state.global_step
+        self.history.extend(history_from_log(engine.state.log_history))
         return {
-            "train": train_metrics,
+            "train": last_train_log(engine.state.log_history),
             "eval": eval_metrics,
             "history": self.history,
-            "steps": self.global_step,
+            "steps": engine.state.global_step,
         }
-
-    def _after_step(self, train_metrics, eval_dataset):
-        cfg = self.config
-        record = {"step": self.global_step, **train_metrics}
-        self.history.append(record)
-        log_metrics({f"train/{k}": v for k, v in train_metrics.items()}, self.global_step)
-        if cfg.output_dir and cfg.save_every and self.global_step % cfg.save_every == 0:
-            self.save_model(Path(cfg.output_dir) / f"checkpoint-{self.global_step}")
-        if eval_dataset is not None and cfg.eval_every and self.global_step % cfg.eval_every == 0:
-            metrics = self.evaluate(eval_dataset)
-            log_metrics({f"eval/{k}": v for k, v in metrics.items()}, self.global_step)
-            record.update({f"eval/{k}": v for k, v in metrics.items()})
-            return metrics
-        return None
 
     def save_model(self, path: str | Path) -> Path:
         """``save_pretrained`` (safetensors) of the policy and its tokenizer."""

@@ -10,7 +10,6 @@ plus JSON, so loading never unpickles anything.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,9 +19,10 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, get_constant_schedule_with_warmup
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from alignflow.registry.tracking import log_metrics
+from alignflow.rl.trainer_loop import callbacks, loop_arguments, output_folder
 
 POOLING = ("last", "mean", "cls")
 WEIGHTS_FILE = "reward_model.safetensors"
@@ -332,8 +332,85 @@ def load_reward_model(path: str | Path, expected: type[RewardModel] | None = Non
     return model
 
 
+class PairBatches:
+    """Collates ``{"chosen", "rejected", "margin"}`` rows into padded token batches (chosen and
+    rejected tokenised apart, each with its own padding)."""
+
+    def __init__(self, tokenizer, max_length: int):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        chosen = encode_texts(self.tokenizer, [r["chosen"] for r in rows], self.max_length, "cpu")
+        rejected = encode_texts(self.tokenizer, [r["rejected"] for r in rows], self.max_length, "cpu")
+        return {
+            "chosen_input_ids": chosen["input_ids"],
+            "chosen_attention_mask": chosen["attention_mask"],
+            "rejected_input_ids": rejected["input_ids"],
+            "rejected_attention_mask": rejected["attention_mask"],
+            "margin": torch.tensor([float(r["margin"]) for r in rows]),
+        }
+
+
+class _EpochTally:
+    """Loss and accuracy of the pairs seen in the current epoch, pair-weighted."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.correct, self.pairs = 0.0, 0, 0
+
+    def add(self, losses: torch.Tensor, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
+        self.loss += float(losses.detach().sum())
+        self.correct += int((chosen > rejected).sum())
+        self.pairs += len(losses)
+
+    def close(self, epoch: int) -> dict[str, float]:
+        metrics = {"epoch": epoch, "loss": self.loss / self.pairs, "accuracy": self.correct / self.pairs}
+        self.reset()
+        return metrics
+
+
+def _loop_class() -> type:
+    """transformers' Trainer (the loop of every pipeline stage) with the Bradley-Terry loss of a
+    research :class:`RewardModel`, tallied per epoch for the history the face returns."""
+    from transformers import Trainer, TrainerCallback
+
+    class BradleyTerryTrainer(Trainer):
+        def __init__(self, *args, history: list[dict[str, float]], **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tally = _EpochTally()
+            self.model_accepts_loss_kwargs = False  # the loop divides by the accumulation steps
+            self.add_callback(_EpochEnd(self, history))
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            chosen = model.score(inputs["chosen_input_ids"], inputs["chosen_attention_mask"])
+            rejected = model.score(inputs["rejected_input_ids"], inputs["rejected_attention_mask"])
+            losses = -F.logsigmoid(chosen - rejected - inputs["margin"].to(chosen.dtype))
+            if model.training:
+                self.tally.add(losses, chosen, rejected)
+            loss = losses.mean()
+            return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
+
+    class _EpochEnd(TrainerCallback):
+        def __init__(self, trainer: BradleyTerryTrainer, history: list[dict[str, float]]):
+            self.trainer, self.history = trainer, history
+
+        def on_epoch_end(self, args, state, control, **kwargs):
+            metrics = self.trainer.tally.close(len(self.history))
+            self.history.append(metrics)
+            log_metrics(
+                {"reward/train_loss": metrics["loss"], "reward/train_accuracy": metrics["accuracy"]},
+                metrics["epoch"],
+            )
+
+    return BradleyTerryTrainer
+
+
 class RewardModelTrainer:
-    """Fits a reward model on preference pairs with AdamW, warmup and gradient accumulation."""
+    """Fits a reward model on preference pairs (Bradley-Terry) with transformers' Trainer:
+    AdamW, constant learning rate after warmup, gradient accumulation and clipping."""
 
     def __init__(
         self,
@@ -346,11 +423,6 @@ class RewardModelTrainer:
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         self.config = config
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-        self.scheduler = get_constant_schedule_with_warmup(
-            self.optimizer, num_warmup_steps=config.warmup_steps
-        )
         self.global_step = 0
         self.history: list[dict[str, float]] = []
 
@@ -370,17 +442,26 @@ class RewardModelTrainer:
         if margins is not None and len(margins) != len(chosen_texts):
             raise ValueError(f"train_on_preferences: {len(margins)} margins for {len(chosen_texts)} pairs")
 
-    def _pair_batch(self, chosen, rejected):
-        c = encode_texts(self.tokenizer, chosen, self.config.max_length, self.device)
-        r = encode_texts(self.tokenizer, rejected, self.config.max_length, self.device)
-        return c, r
+    def _loop_arguments(self, output_dir: str, num_epochs: int, batch_size: int):
+        from transformers import TrainingArguments
 
-    def _optimizer_step(self) -> None:
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.global_step += 1
+        cfg = self.config
+        return TrainingArguments(
+            output_dir=output_dir,
+            **loop_arguments(
+                device=self.device,
+                batch_size=batch_size,
+                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                learning_rate=cfg.learning_rate,
+                max_grad_norm=cfg.max_grad_norm,
+                seed=cfg.seed,
+                num_epochs=num_epochs,
+            ),
+            lr_scheduler_type="constant_with_warmup",
+            warmup_steps=cfg.warmup_steps,
+            save_strategy="no",
+            remove_unused_columns=False,
+        )
 
     def train_on_preferences(
         self,
@@ -391,38 +472,27 @@ class RewardModelTrainer:
         margins: Sequence[float] | None = None,
     ) -> list[dict[str, float]]:
         """Bradley-Terry training; returns (and logs) loss and accuracy per epoch."""
+        from datasets import Dataset as HFDataset
+
         self._validate_pairs(chosen_texts, rejected_texts, margins)
-        order = list(range(len(chosen_texts)))
-        rng = random.Random(self.config.seed)
-        accumulation = self.config.gradient_accumulation_steps
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        for epoch in range(num_epochs):
-            rng.shuffle(order)
-            total_loss, correct, pending = 0.0, 0, 0
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                c, r = self._pair_batch([chosen_texts[i] for i in idx], [rejected_texts[i] for i in idx])
-                chosen = self.model.score(c["input_ids"], c["attention_mask"])
-                rejected = self.model.score(r["input_ids"], r["attention_mask"])
-                margin = (
-                    0.0 if margins is None else torch.tensor([margins[i] for i in idx], device=self.device)
-                )
-                loss = -F.logsigmoid(chosen - rejected - margin).mean()
-                (loss * len(idx) / (batch_size * accumulation)).backward()
-                pending += 1
-                if pending == accumulation:
-                    self._optimizer_step()
-                    pending = 0
-                total_loss += loss.item() * len(idx)
-                correct += int((chosen > rejected).sum().item())
-            if pending:
-                self._optimizer_step()
-            metrics = {"epoch": epoch, "loss": total_loss / len(order), "accuracy": correct / len(order)}
-            self.history.append(metrics)
-            log_metrics(
-                {"reward/train_loss": metrics["loss"], "reward/train_accuracy": metrics["accuracy"]}, epoch
+        pairs = HFDataset.from_dict(
+            {
+                "chosen": list(chosen_texts),
+                "rejected": list(rejected_texts),
+                "margin": [0.0] * len(chosen_texts) if margins is None else [float(m) for m in margins],
+            }
+        )
+        with output_folder(None) as output_dir:
+            loop = _loop_class()(
+                model=self.model,
+                args=self._loop_arguments(output_dir, num_epochs, batch_size),
+                train_dataset=pairs,
+                data_collator=PairBatches(self.tokenizer, self.config.max_length),
+                callbacks=callbacks(),
+                history=self.history,
             )
+            loop.train()
+        self.global_step += loop.state.global_step
         return self.history
 
     @torch.no_grad()

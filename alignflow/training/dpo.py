@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import DPOConfig as TRLDPOConfig
@@ -22,6 +21,8 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.registry.trainer_callback import TrackingCallback
+from alignflow.rl.dpo import ZeroReferenceMixin
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.reference_logps import CachedReferenceMixin
@@ -34,27 +35,14 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
-from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowDPOTrainer(StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, DPOTrainer):
     """TRL's DPOTrainer with atomic checkpoints, cached reference log-probs and length-grouped batches."""
 
 
-class ReferenceFreeDPOTrainer(AlignflowDPOTrainer):
-    """DPO against a uniform reference: every reference log-probability is zero.
-
-    Runs with ``precompute_ref_log_probs`` so TRL keeps no reference model in memory and
-    reads the (zero) reference log-probs from the dataset; zeros need no cache.
-    """
-
-    def _precompute_ref_logps(self, dataset, name, batch_size):
-        zeros = [0.0] * len(dataset)
-        return dataset.add_column("ref_chosen_logps", zeros).add_column("ref_rejected_logps", zeros)
-
-    def compute_ref_log_probs(self, model, inputs):
-        zeros = torch.zeros(inputs["input_ids"].shape[0] // 2, device=inputs["input_ids"].device)
-        return zeros, zeros.clone()
+class ReferenceFreeDPOTrainer(ZeroReferenceMixin, AlignflowDPOTrainer):
+    """DPO against a uniform reference (every reference log-probability is zero); zeros need no cache."""
 
 
 class AlignflowKTOTrainer(StageTrainerMixin, KTOTrainer):

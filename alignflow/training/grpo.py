@@ -31,6 +31,7 @@ from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
+from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.stage import (
     StageResult,
@@ -40,7 +41,6 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
-from alignflow.training.tracking import TrackingCallback
 
 RewardFn = Callable[..., list[float]]
 

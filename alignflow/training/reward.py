@@ -43,6 +43,7 @@ from alignflow.models.reward_scorer import (
     span_mask,
 )
 from alignflow.registry import tracking
+from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.noisy_pairs import NOISY_PAIRS_FILE, find_noisy_pairs, write_noisy_pairs
@@ -55,7 +56,6 @@ from alignflow.training.stage import (
     resolve_start_model,
     trainer_arguments,
 )
-from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTrainer):

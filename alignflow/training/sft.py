@@ -19,6 +19,7 @@ from alignflow.data.pairing import best_responses, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
+from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.stage import (
     StageResult,
@@ -29,7 +30,6 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
-from alignflow.training.tracking import TrackingCallback
 
 
 class AlignflowSFTTrainer(StageTrainerMixin, SFTTrainer):

@@ -21,6 +21,7 @@ from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import cut_prompt_text
+from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo import pair_dataset
@@ -33,7 +34,6 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
-from alignflow.training.tracking import TrackingCallback
 
 STAGE = "simpo"
 

@@ -7,7 +7,7 @@ StageResult`` registered in :mod:`alignflow.training.registry`. To write a new o
    trainer knobs) and build the trainer's arguments with :func:`trainer_arguments`;
 2. start with :func:`begin_stage` (seed and output folder);
 3. build the trainer class with :class:`~alignflow.training.checkpoints.StageTrainerMixin`
-   first in its bases, add :class:`~alignflow.training.tracking.TrackingCallback` to its
+   first in its bases, add :class:`~alignflow.registry.trainer_callback.TrackingCallback` to its
    callbacks;
 4. end with :func:`train_and_finish`: held-out figures before and after, training resumed
    from the last complete checkpoint, the model saved and ``result.json`` written (a stage

@@ -123,7 +123,7 @@ def test_stage_events_carry_cache_hits_and_failures_and_a_broken_listener_stops_
 
 
 def test_the_trainer_callback_reports_its_steps():
-    from alignflow.training.tracking import TrackingCallback
+    from alignflow.registry.trainer_callback import TrackingCallback
 
     seen: list[ProgressEvent] = []
     callback = TrackingCallback()

@@ -40,6 +40,20 @@ def test_dpo_beats_its_sft_reference(sft_result, demo_snapshot, demo_config, tas
     assert dpo_acc > sft_acc, (sft_acc, dpo_acc)
 
 
+def test_reference_free_dpo_measures_against_a_zero_reference(
+    sft_result, demo_snapshot, demo_config, tmp_path
+):
+    from alignflow.training.dpo import run_dpo
+
+    config = demo_config("dpo.reference_free=true", "dpo.max_steps=20", "dpo.save_steps=1000")
+    result = run_dpo(config, demo_snapshot, tmp_path, model_path=sft_result.model_dir)
+    m = result.metrics
+    # against the SFT reference an untrained policy's implicit rewards are exactly 0; against a
+    # uniform reference they are beta * log-prob, below zero
+    assert m["eval/before_rewards/chosen"] < -0.05 and m["eval/before_rewards/rejected"] < -0.05
+    assert m["eval/rewards/margins"] > m["eval/before_rewards/margins"]
+
+
 def test_grpo_raises_verifiable_reward(sft_result, demo_snapshot, demo_config, tmp_path):
     from alignflow.training.grpo import run_grpo
 

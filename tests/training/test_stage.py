@@ -8,8 +8,8 @@ import pytest
 
 from alignflow.config import ConfigError, load_config
 from alignflow.data.pairing import pairs_from_scored
+from alignflow.registry.trainer_callback import metric_names
 from alignflow.training.checkpoints import last_complete_checkpoint
-from alignflow.training.tracking import metric_names
 
 REPO = Path(__file__).resolve().parents[2]
 
