@@ -142,9 +142,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:
-    """Replace every ``@reward`` reward-model path (PPO, GRPO reward functions) with ``reward_dir``."""
-    text = json.dumps(config_json).replace(json.dumps(REWARD_STAGE_REF), json.dumps(reward_dir))
-    return json.loads(text)
+    """Every setting whose value is exactly ``@reward`` (PPO's reward model, a GRPO reward
+    function's path, a plug-in stage's own field) set to ``reward_dir``; nothing else changes."""
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: swap(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [swap(item) for item in value]
+        return reward_dir if value == REWARD_STAGE_REF else value
+
+    return swap(config_json)
 
 
 def config_hash(config: BaseModel) -> str:
