@@ -46,10 +46,10 @@ screenshots:
 	$(PYTHON) -m tools.screenshots
 
 # tests run in two worker processes, a test file per worker at a time (its module fixtures stay
-# together); PYTEST_WORKERS=0 runs them in this process
+# together), the long files first (tests/conftest.LONG_FILES); PYTEST_WORKERS=0 runs them in this process
 PYTEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: install
 	$(PYTHON) -m bench

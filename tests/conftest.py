@@ -38,6 +38,30 @@ import pytest  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Test files that take minutes on two cores, longest first (per-file sums of a `--junitxml`
+# report of `make test`). They start first, so the two workers end together instead of one waiting
+# through the other's last long file; the Makefile turns off xdist's own reordering (most tests
+# first), which put these one-test files last. A stale entry costs balance, never correctness.
+LONG_FILES = (
+    "tests/flows/test_adversarial_promotion.py",
+    "tests/test_readme.py",
+    "tests/training/test_hh_rlhf_reward.py",
+    "tests/flows/test_feedback_launcher.py",
+    "tests/flows/test_retrain.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+
+    def order(item) -> int:
+        try:
+            return rank.get(Path(item.fspath).relative_to(REPO_ROOT).as_posix(), len(LONG_FILES))
+        except ValueError:  # a test outside the repository keeps its place after these
+            return len(LONG_FILES)
+
+    items.sort(key=order)
+
 
 def shared_data_dir() -> Path:
     """``$ALIGNFLOW_SHARED_DATA``, else ``../shared/data`` beside this checkout, else beside the

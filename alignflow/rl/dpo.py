@@ -17,7 +17,6 @@ TRL's own ``_compute_loss``). Loss types:
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,8 +368,6 @@ class DPOTrainer:
     def train(self, dataset: PreferenceDataset, eval_dataset: PreferenceDataset | None = None) -> dict:
         """Run ``num_epochs`` over ``dataset``; returns the last train and eval metrics and the history,
         all read from the engine's own log and state."""
-        random.seed(self.config.seed)
-        torch.manual_seed(self.config.seed)
         with output_folder(self.config.output_dir) as output_dir:
             engine = _engine_class(self.config.reference_free)(
                 model=self.model,
