@@ -1,9 +1,11 @@
-"""Direct Preference Optimisation (Rafailov et al. 2023) as a small, readable trainer.
+"""Direct Preference Optimisation (Rafailov et al. 2023): the research API's face (spec 001).
 
-The policy is pushed to raise ``beta * (log pi/pi_ref)(chosen) - (same)(rejected)``.
-Sequence log-probs are sums over completion tokens, as in TRL, so the loss here equals
-TRL's DPOTrainer loss on identical log-probs (checked in tests/rl/test_dpo.py against
-TRL's own ``_compute_loss``). Loss types:
+Training runs TRL's DPOTrainer, the engine of the pipeline's DPO stage, on the token ids a
+:class:`PreferenceDataset` holds. :func:`dpo_loss`, ``compute_loss`` and ``evaluate`` score
+with :mod:`alignflow.losses.dpo_losses`: the policy is pushed to raise
+``beta * (log pi/pi_ref)(chosen) - (same)(rejected)``, with sequence log-probs summed over
+completion tokens as in TRL, so these equal TRL's loss on identical log-probs (checked in
+tests/rl/test_dpo.py against TRL's own ``_compute_loss``). Loss types:
 
 - ``sigmoid``: ``-(1-e) log s(b*d) - e log s(-b*d)``; with label smoothing ``e > 0``
   this is conservative DPO (labels flipped with probability ``e``); ``e = 0`` is DPO;
