@@ -19,7 +19,14 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from alignflow.registry.tracking import log_metrics
 from alignflow.rl.trainer_loop import callbacks, loop_arguments, output_folder
@@ -372,40 +379,39 @@ class _EpochTally:
         return metrics
 
 
-def _loop_class() -> type:
+class BradleyTerryTrainer(Trainer):
     """transformers' Trainer (the loop of every pipeline stage) with the Bradley-Terry loss of a
-    research :class:`RewardModel`, tallied per epoch for the history the face returns."""
-    from transformers import Trainer, TrainerCallback
+    research :class:`RewardModel`, tallied per epoch into the history the face returns."""
 
-    class BradleyTerryTrainer(Trainer):
-        def __init__(self, *args, history: list[dict[str, float]], **kwargs):
-            super().__init__(*args, **kwargs)
-            self.tally = _EpochTally()
-            self.model_accepts_loss_kwargs = False  # the loop divides by the accumulation steps
-            self.add_callback(_EpochEnd(self, history))
+    def __init__(self, *args, history: list[dict[str, float]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tally = _EpochTally()
+        self.model_accepts_loss_kwargs = False  # the loop divides by the accumulation steps
+        self.add_callback(_CloseEpoch(self.tally, history))
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            chosen = model.score(inputs["chosen_input_ids"], inputs["chosen_attention_mask"])
-            rejected = model.score(inputs["rejected_input_ids"], inputs["rejected_attention_mask"])
-            losses = -F.logsigmoid(chosen - rejected - inputs["margin"].to(chosen.dtype))
-            if model.training:
-                self.tally.add(losses, chosen, rejected)
-            loss = losses.mean()
-            return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        chosen = model.score(inputs["chosen_input_ids"], inputs["chosen_attention_mask"])
+        rejected = model.score(inputs["rejected_input_ids"], inputs["rejected_attention_mask"])
+        losses = -F.logsigmoid(chosen - rejected - inputs["margin"].to(chosen.dtype))
+        if model.training:
+            self.tally.add(losses, chosen, rejected)
+        loss = losses.mean()
+        return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
 
-    class _EpochEnd(TrainerCallback):
-        def __init__(self, trainer: BradleyTerryTrainer, history: list[dict[str, float]]):
-            self.trainer, self.history = trainer, history
 
-        def on_epoch_end(self, args, state, control, **kwargs):
-            metrics = self.trainer.tally.close(len(self.history))
-            self.history.append(metrics)
-            log_metrics(
-                {"reward/train_loss": metrics["loss"], "reward/train_accuracy": metrics["accuracy"]},
-                metrics["epoch"],
-            )
+class _CloseEpoch(TrainerCallback):
+    """At each epoch's end: the tally into the history and the active MLflow run."""
 
-    return BradleyTerryTrainer
+    def __init__(self, tally: _EpochTally, history: list[dict[str, float]]):
+        self.tally, self.history = tally, history
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        metrics = self.tally.close(len(self.history))
+        self.history.append(metrics)
+        log_metrics(
+            {"reward/train_loss": metrics["loss"], "reward/train_accuracy": metrics["accuracy"]},
+            metrics["epoch"],
+        )
 
 
 class RewardModelTrainer:
@@ -443,8 +449,6 @@ class RewardModelTrainer:
             raise ValueError(f"train_on_preferences: {len(margins)} margins for {len(chosen_texts)} pairs")
 
     def _loop_arguments(self, output_dir: str, num_epochs: int, batch_size: int):
-        from transformers import TrainingArguments
-
         cfg = self.config
         return TrainingArguments(
             output_dir=output_dir,
@@ -483,7 +487,7 @@ class RewardModelTrainer:
             }
         )
         with output_folder(None) as output_dir:
-            loop = _loop_class()(
+            loop = BradleyTerryTrainer(
                 model=self.model,
                 args=self._loop_arguments(output_dir, num_epochs, batch_size),
                 train_dataset=pairs,
