@@ -114,17 +114,25 @@ def _trainer_and_args(stage: Any, reference_free: bool) -> tuple[type, type, dic
     return AlignflowDPOTrainer, TRLDPOConfig, extra
 
 
+def policy_pairs(
+    config: Any, stage: Any, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, Any]:
+    """What a pair-trained policy stage reads: the policy's train pairs, at most
+    ``stage.eval_max_rows`` eval pairs, the model it starts from and that model's tokenizer."""
+    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
+    require_rows(pairs, data_dir, "train", "pair/scored/ranked")
+    eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
+    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    return pairs, eval_pairs, start, AutoTokenizer.from_pretrained(start)
+
+
 def run_dpo(
     config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
     stage = config.dpo
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
-    require_rows(pairs, data_dir, "train", "pair/scored/ranked")
-    eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
-    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
-    tokenizer = AutoTokenizer.from_pretrained(start)
+    pairs, eval_pairs, start, tokenizer = policy_pairs(config, stage, data_dir, output_dir, model_path)
 
     trainer_cls, args_cls, extra = _trainer_and_args(stage, stage.reference_free)
     if stage.method == "kto":

@@ -13,24 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
-from alignflow.data.halves import rows_for
-from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
-from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import cut_prompt_text
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
-from alignflow.training.dpo import pair_dataset
+from alignflow.training.dpo import pair_dataset, policy_pairs
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
     require_length_fits,
-    resolve_start_model,
     train_and_finish,
     trainer_arguments,
 )
@@ -62,11 +58,7 @@ def build_trainer(
 ) -> Any:
     """The SimPO trainer on the snapshot's train pairs (and eval pairs, if any), ready to train."""
     stage = config.simpo
-    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
-    require_rows(pairs, data_dir, "train", "pair/scored/ranked")
-    eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
-    start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
-    tokenizer = AutoTokenizer.from_pretrained(start)
+    pairs, eval_pairs, start, tokenizer = policy_pairs(config, stage, data_dir, output_dir, model_path)
     train_ds = simpo_pairs(pairs, tokenizer, stage.prompt_budget)
     eval_ds = simpo_pairs(eval_pairs, tokenizer, stage.prompt_budget) if eval_pairs else None
 
