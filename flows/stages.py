@@ -3,8 +3,8 @@
 A stage flow takes one JSON-able parameter (:class:`~tasks.stage_inputs.StageInputs`:
 the config as a dict, paths, hashes) and returns a small dict, so the parent can call it
 directly or through ``run_deployment`` on a GPU work pool with the same code. A cached
-result whose files are gone (a cleaned output folder, another clone) is recomputed
-rather than trusted.
+result whose files are gone (a cleaned output folder, another clone) or whose run is not in
+the tracking store (a deleted ``mlflow.db``, a new server) is recomputed rather than trusted.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import Any
 from prefect import Flow, Task, flow
 
 from alignflow.registry.pipeline_record import SHORT_VERSION
+from alignflow.registry.runs import run_exists
 from flows.run_log import logs_to_the_run
 from tasks.evaluation import evaluate
 from tasks.stage_inputs import EvaluateInputs, StageInputs
+from tasks.stage_task import pipeline_config
 from tasks.training import train_policy, train_reward, train_sft
 
 STAGE_OPTIONS: dict[str, Any] = {"persist_result": True, "log_prints": False}
@@ -29,8 +31,19 @@ def stage_run_name(stage: str) -> str:
     return f"{{inputs.config_json[project]}}-{stage}-{{inputs.data_version:.{SHORT_VERSION}}}"
 
 
+def reusable(result: dict[str, Any], artefact: str, inputs: StageInputs) -> bool:
+    """A cached result stands for work done only while its files exist and the run that did
+    it is in this run's tracking store: after ``mlflow.db`` is deleted, or with a new tracking
+    server, the hit would point at a run nobody can open."""
+    if not Path(result[artefact]).exists():
+        return False
+    run_id = result.get("run_id")
+    return not run_id or run_exists(pipeline_config(inputs.config_json).tracking.resolved_uri(), run_id)
+
+
 def run_cached(task_fn: Task[[Any], dict[str, Any]], inputs: StageInputs, artefact: str) -> dict[str, Any]:
-    """Run ``task_fn``; report whether the cache answered, refreshing it if its files are missing.
+    """Run ``task_fn``; report whether the cache answered, refreshing it when the hit is not
+    :func:`reusable`.
 
     Our log lines go to the stage's run also where it runs as a deployment on a worker (in
     the parent's process they already do)."""
@@ -38,7 +51,7 @@ def run_cached(task_fn: Task[[Any], dict[str, Any]], inputs: StageInputs, artefa
         state = task_fn(inputs, return_state=True)
         result = state.result()
         cached = state.name == "Cached"
-        if cached and not Path(result[artefact]).exists():
+        if cached and not reusable(result, artefact, inputs):
             state = task_fn.with_options(refresh_cache=True)(inputs, return_state=True)
             result, cached = state.result(), False
     return {**result, "cached": cached}

@@ -129,3 +129,14 @@ def child_runs(tracking_uri: str, parent_run_id: str) -> list[Run]:
     return client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
     )
+
+
+def run_exists(tracking_uri: str, run_id: str) -> bool:
+    """Whether the tracking store holds this run (a deleted ``mlflow.db`` or another server does not)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        MlflowClient(tracking_uri).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
