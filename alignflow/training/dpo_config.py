@@ -16,7 +16,9 @@ class DPOConfig(StageConfig):
     learning_rate: float = Field(5e-4, gt=0)
     method: Literal["dpo", "orpo", "kto"] = Field("dpo", description="which TRL trainer runs")
     loss_type: str | list[str] = Field("sigmoid", description=f"DPO losses: {', '.join(DPO_LOSS_TYPES)}")
-    loss_weights: list[float] | None = None
+    loss_weights: list[float] | None = Field(
+        None, description="one weight per loss_type entry (e.g. [1.0, 0.2] for [sigmoid, sft]); None: all 1"
+    )
     beta: float = Field(0.1, gt=0)
     label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
     reference_free: bool = Field(False, description="compare against a uniform reference (log p_ref = 0)")
@@ -47,6 +49,11 @@ class DPOConfig(StageConfig):
         unknown = [name for name in losses if name not in DPO_LOSS_TYPES]
         if unknown:
             raise ValueError(f"dpo.loss_type: unknown {unknown}; choose from {list(DPO_LOSS_TYPES)}")
+        if self.loss_weights is not None and len(self.loss_weights) != len(losses):
+            raise ValueError(
+                f"dpo.loss_weights: {len(self.loss_weights)} weight(s) for {len(losses)} loss(es) {losses}; "
+                "give one weight per loss_type entry"
+            )
         if self.reference_free and self.method != "dpo":
             raise ValueError("dpo.reference_free applies to method 'dpo' only (ORPO needs no reference)")
         return self

@@ -59,6 +59,8 @@ def test_every_config_preset_loads(path):
 def test_bad_stage_values_name_the_key():
     with pytest.raises(ConfigError, match="loss_type"):
         load_config(None, ["dpo.loss_type=nonsense"])
+    with pytest.raises(ConfigError, match=r"loss_weights: 1 weight\(s\) for 2 loss"):
+        load_config(None, ["dpo.loss_type=[sigmoid, sft]", "dpo.loss_weights=[1.0]"])
     with pytest.raises(ConfigError, match="num_generations"):
         load_config(None, ["grpo.per_device_train_batch_size=6", "grpo.num_generations=4"])
     with pytest.raises(ConfigError, match="path"):
