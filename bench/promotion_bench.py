@@ -10,11 +10,10 @@ real MLflow registry:
 - a randomly initialised policy, a copy of the SFT reference, a length-hacked policy (right
   answers padded with filler) and a degenerate policy (one token repeated), built here and
   judged through the same evaluation and gates;
-- a good challenger: the whole flow on fresh correct data (another draw of the demo rows,
-  same split, so no pinned prompt in training) with a longer SFT (700 steps). It matches the
-  champion on the pinned set (1.0) and must be promoted: the gates stop regressions, not
-  ties. (The same fresh data with the demo's 500 steps reaches 0.969, four misses where the
-  champion has none: -0.031 [-0.062, -0.008], measurably worse, and rightly rejected.)
+- good challengers: the whole flow, with the demo's own settings, on fresh correct data
+  (other draws of the demo rows, ``FRESH_DRAWS``; same split, so no pinned prompt in
+  training). Each must be promoted: the gates stop regressions, not ties. The second draw
+  meets the first as its champion, as scheduled retraining would.
 
 ``run_suite`` returns one row per challenger; ``tests/flows/test_adversarial_promotion.py``
 asserts on it and ``python -m bench promotion`` writes ``bench/results/promotion.md``.
@@ -30,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-BETTER = "good challenger: fresh correct data, longer SFT"
+# seeds of the demo rows for the good challengers (the champion's rows are seed 0); 3 was the
+# draw furthest below the champion before the demo's DPO kept the chosen answers' likelihood
+FRESH_DRAWS = (1, 3)
+
+
+def fresh_label(seed: int) -> str:
+    return f"good challenger: fresh correct data (draw {seed})"
+
+
 FILLER = " I hope this helps, and let me know if you would like to add any other numbers together!"
 
 
@@ -233,19 +240,10 @@ def run_suite(workspace: Path) -> list[Challenger]:
         d = flipped["promotions"][role]
         rows.append(_outcome(uri, labels[role], role, "rejected", d["name"], d["version"]))
 
-    fresh = write_configured_demo(config.data, workspace / "fresh", seed=1)
-    better = _retrain(workspace, f"data.source={fresh}", "sft.max_steps=700")
-    d = better["promotions"]["policy"]
-    rows.append(
-        _outcome(
-            uri,
-            BETTER,
-            "policy",
-            "promoted",
-            d["name"],
-            d["version"],
-        )
-    )
+    for seed in FRESH_DRAWS:
+        fresh = write_configured_demo(config.data, workspace / f"fresh-{seed}", seed=seed)
+        d = _retrain(workspace, f"data.source={fresh}")["promotions"]["policy"]
+        rows.append(_outcome(uri, fresh_label(seed), "policy", "promoted", d["name"], d["version"]))
     return rows
 
 

@@ -21,7 +21,7 @@ from alignflow.evaluation.contamination import PINNED_PROMPT_IN_TRAINING
 from alignflow.evaluation.label_check import LABEL_DISAGREEMENT
 from alignflow.registry.models import CHAMPION, alias_version
 from alignflow.registry.promotion import FAILED_GATES_TAG, GATE_TAG_PREFIX, GATES_TAG
-from bench.promotion_bench import BETTER, _base, _retrain, run_suite, to_markdown
+from bench.promotion_bench import FRESH_DRAWS, _base, _retrain, fresh_label, run_suite, to_markdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -71,10 +71,12 @@ def test_six_of_six_bad_challengers_rejected_and_fresh_correct_data_promoted(sui
     workspace, rows = suite
     bad = [r for r in rows if r.expected == "rejected"]
     assert len(bad) == 6 and all(r.decision == "rejected" for r in bad), [(r.label, r.decision) for r in bad]
-    better = _by_label(rows)[BETTER]
-    assert better.decision == "promoted", better.gates
+    fresh = [_by_label(rows)[fresh_label(seed)] for seed in FRESH_DRAWS]
+    assert len(fresh) >= 2, "more than one draw: one lucky draw proves little"
+    for row in fresh:
+        assert row.decision == "promoted", (row.label, row.gates)
     uri = f"sqlite:///{workspace / 'mlflow.db'}"
-    assert alias_version(uri, "redteam-policy", CHAMPION) == better.version
+    assert alias_version(uri, "redteam-policy", CHAMPION) == fresh[-1].version
     table = to_markdown(rows)
     assert table.count("| rejected | yes |") == 6 and "**no**" not in table
 
