@@ -20,20 +20,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.promotion_bench import Challenger, _base, _outcome, _retrain
+from bench.promotion_bench import Challenger, _base, _outcome, _retrain, tracking_uri
 
 DRAWS = (1, 2, 3, 4, 5, 6)
-RECIPES = {
-    "plain DPO (sigmoid)": ["dpo.loss_type=sigmoid", "dpo.loss_weights=null"],
-    "the demo's DPO (sigmoid + 0.2 sft)": [],
-}
+PLAIN = "plain DPO (sigmoid)"
+DEMO = "the demo's DPO (sigmoid + 0.2 sft)"
+RECIPES = {PLAIN: ["dpo.loss_type=sigmoid", "dpo.loss_weights=null"], DEMO: []}
 GATE = "task_accuracy_vs_champion"
 
 
 def _policy_outcome(workspace: Path, summary: dict[str, Any], label: str, expected: str) -> Challenger:
     decision = summary["promotions"]["policy"]
-    uri = f"sqlite:///{workspace / 'mlflow.db'}"
-    return _outcome(uri, label, "policy", expected, decision["name"], decision["version"])
+    return _outcome(tracking_uri(workspace), label, "policy", expected, decision["name"], decision["version"])
 
 
 def run_recipe(root: Path, overrides: list[str]) -> list[tuple[int, Challenger]]:
@@ -43,10 +41,10 @@ def run_recipe(root: Path, overrides: list[str]) -> list[tuple[int, Challenger]]
 
     home = root / "champion"
     rows = [(0, _policy_outcome(home, _retrain(home, *overrides), "champion", "promoted"))]
+    data = load_config(None, _base(home)).data
     for seed in DRAWS:
         workspace = root / f"draw-{seed}"
         shutil.copytree(home, workspace)
-        data = load_config(None, _base(workspace)).data
         fresh = write_configured_demo(data, workspace / "fresh", seed=seed)
         summary = _retrain(workspace, f"data.source={fresh}", *overrides)
         rows.append((seed, _policy_outcome(workspace, summary, f"draw {seed}", "promoted")))
@@ -100,9 +98,7 @@ def run() -> dict:
     promoted = {recipe: _promoted(rows) for recipe, rows in results.items()}
     return {
         "draws": len(DRAWS),
-        "plain_dpo_promoted": promoted["plain DPO (sigmoid)"],
-        "demo_dpo_promoted": promoted["the demo's DPO (sigmoid + 0.2 sft)"],
-        "promoted_ratio_demo_vs_plain": round(
-            promoted["the demo's DPO (sigmoid + 0.2 sft)"] / max(promoted["plain DPO (sigmoid)"], 1), 2
-        ),
+        "plain_dpo_promoted": promoted[PLAIN],
+        "demo_dpo_promoted": promoted[DEMO],
+        "promoted_ratio_demo_vs_plain": round(promoted[DEMO] / max(promoted[PLAIN], 1), 2),
     }

@@ -59,8 +59,13 @@ class Challenger:
         return self.decision == self.expected
 
 
+def tracking_uri(workspace: Path) -> str:
+    """The red team's MLflow store: a sqlite file in its workspace."""
+    return f"sqlite:///{workspace / 'mlflow.db'}"
+
+
 def _base(workspace: Path) -> list[str]:
-    return ["project=redteam", f"tracking.uri=sqlite:///{workspace / 'mlflow.db'}"]
+    return ["project=redteam", f"tracking.uri={tracking_uri(workspace)}"]
 
 
 def _stage_dirs(summary: dict[str, Any]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 
 from alignflow.registry.tracking import sanitize_name
 
@@ -133,8 +134,6 @@ def child_runs(tracking_uri: str, parent_run_id: str) -> list[Run]:
 
 def run_exists(tracking_uri: str, run_id: str) -> bool:
     """Whether the tracking store holds this run (a deleted ``mlflow.db`` or another server does not)."""
-    from mlflow.exceptions import MlflowException
-
     try:
         MlflowClient(tracking_uri).get_run(run_id)
     except MlflowException:
