@@ -61,6 +61,17 @@ with stopping_children(grace=1):
 """
 
 
+def _default_signals() -> None:
+    """Start the command with SIGINT and SIGTERM at their defaults, as a terminal's foreground job.
+
+    A child inherits ignored signals: under a shell script's background job (``make test &``,
+    ``nohup``) pytest and so the command start with SIGINT ignored, Python then installs no
+    KeyboardInterrupt handler, and the signal the test sends would be dropped by design.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -193,6 +204,7 @@ def test_sigterm_leaves_no_child_process_running(tmp_path, name):
             env=_environment(tmp_path),
             stdout=output,
             stderr=subprocess.STDOUT,
+            preexec_fn=_default_signals,
         )
     started: list[int] = []
     try:
@@ -236,6 +248,7 @@ def test_a_signal_unwinds_the_command_and_stops_its_whole_process_tree(signum, t
             stderr=err,
             timeout=60,
             env={**os.environ, "PYTHONPATH": str(REPO)},
+            preexec_fn=_default_signals,
         )
     started = [int(pid) for pid in pids.read_text().split()]
     deadline = time.monotonic() + 5  # a signalled child may still be exiting as the command ends
