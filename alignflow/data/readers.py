@@ -218,7 +218,9 @@ def _read_file(file: Path, fmt: str, split: str | None, bulk: bool = False) -> I
 
 
 def _decode_json_line(name: str, number: int, raw: bytes, split: str | None) -> RawRow:
-    text = raw.decode("utf-8", errors="surrogateescape")
+    # without its line end: a line cut off mid-object is then reported where it stops (the
+    # column Python's parser gives for the line alone), not at column 1 of the next line
+    text = raw.decode("utf-8", errors="surrogateescape").rstrip("\r\n")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
