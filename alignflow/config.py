@@ -7,10 +7,11 @@ Each section's model lives beside the code it configures; this module only assem
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -92,29 +93,43 @@ def _ctx(error: ErrorDetails) -> _Ctx:
 
 
 class ConfigError(InputError):
-    """A config file or override that cannot be applied; the message names the key."""
+    """A config file or override that cannot be applied: one line naming where it came from
+    (``--set dpo.betaa=0.2``, or the file with line and column), what is wrong and the fix."""
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
-        raise ConfigError(f"override {item!r} is not key=value")
+        raise ConfigError(f"--set {item}: not key=value; write it as --set section.key=value")
     key, raw = item.split("=", 1)
     if not key.strip():
-        raise ConfigError(f"override {item!r} has an empty key")
-    return key.strip().split("."), yaml.safe_load(raw) if raw else ""
+        raise ConfigError(f"--set {item}: the key is empty; write it as --set section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "not a YAML value"
+        raise ConfigError(f"--set {item}: cannot parse the value: {problem}; quote it if it is text") from exc
+    return key.strip().split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted keys in a nested dict; values are parsed as YAML scalars."""
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], set_by: dict[tuple[str, ...], str] | None = None
+) -> dict[str, Any]:
+    """Set dotted keys in a nested dict; values are parsed as YAML scalars. ``set_by``, when
+    given, records which override set each dotted key (error messages name it)."""
     for item in overrides:
         path, value = _parse_override(item)
         node = data
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+                where = ".".join(path[: depth + 1])
+                raise ConfigError(
+                    f"--set {item}: {where} is a value, not a section; set {where}=VALUE instead"
+                )
             node = child
         node[path[-1]] = value
+        if set_by is not None:
+            set_by[tuple(path)] = item
     return data
 
 
@@ -129,16 +144,176 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{_yaml_position(path, exc)}: not valid YAML: {_yaml_problem(exc)}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a mapping of sections")
-    data = apply_overrides(data, overrides or [])
+        raise ConfigError(f"{path}: a config must be a mapping of sections (section: {{key: value}})")
+    set_by: dict[tuple[str, ...], str] = {}
+    data = apply_overrides(data, overrides or [], set_by)
+    located = _Located(path, text, set_by)
+    unknown = sorted(set(data) - set(PipelineConfig.model_fields) - set(config_sections()))
+    if unknown:
+        raise ConfigError("; ".join(located.describe_unknown((name,)) for name in unknown))
     try:
         return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(located.describe(exc.errors())) from exc
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    return " ".join(str(getattr(exc, "problem", None) or exc).split())
+
+
+def _yaml_position(path: Path, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+
+
+def _as_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (through ``X | None`` and other unions), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        model = _as_model(arg)
+        if model is not None:
+            return model
+    return None
+
+
+def _keys_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's keys as a config may spell them (field names and aliases) -> annotation."""
+    keys: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        keys[name] = field.annotation
+        if field.alias:
+            keys[field.alias] = field.annotation
+    return keys
+
+
+def known_keys(parent: tuple[str, ...]) -> list[str] | None:
+    """The keys a config may hold under the dotted ``parent`` (``()``: the sections); None
+    where the config does not fix them (a mapping such as ``orchestration.work_pools``)."""
+    keys: dict[str, Any] = {**_keys_of(PipelineConfig), **config_sections()}
+    for part in parent:
+        model = _as_model(keys.get(part))
+        if model is None:
+            return None
+        keys = _keys_of(model)
+    return sorted(keys)
+
+
+def closest_key(loc: tuple[str, ...]) -> str | None:
+    """The known dotted key nearest to a misspelt one (``dpo.betaa`` -> ``dpo.beta``)."""
+    siblings = known_keys(loc[:-1])
+    if siblings:
+        match = difflib.get_close_matches(loc[-1], siblings, n=1, cutoff=0.6)
+        if match:
+            return ".".join([*loc[:-1], match[0]])
+    # the right key in another section (``--set beta=0.1``, ``--set sft.beta=0.1``)
+    everywhere = [
+        f"{section}.{key}"
+        for section in known_keys(()) or []
+        for key in known_keys((section,)) or []
+        if key == loc[-1]
+    ]
+    if len(everywhere) > 1:
+        return "one of " + ", ".join(everywhere)
+    return everywhere[0] if everywhere else None
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+class _Located:
+    """Where each key of a loaded config came from: an override, or a line of the file."""
+
+    def __init__(self, path: Path, text: str, set_by: dict[tuple[str, ...], str]):
+        self.path, self.text, self.set_by = path, text, set_by
+        packaged = Path(__file__).parent.parent
+        self.name = (
+            str(path) if path != DEFAULT_CONFIG else f"the default config ({path.relative_to(packaged)})"
+        )
+
+    def source(self, loc: tuple[Any, ...], message: str = "") -> str:
+        """What set the key at ``loc``: the override that set it (or a key under it that the
+        message names, or that the file does not hold), else the file, line and column."""
+        keys = tuple(str(part) for part in loc)
+        for path, item in reversed(self.set_by.items()):  # the last override of a key wins
+            if keys[: len(path)] == path:
+                return f"--set {item}"
+        inside = [(path, item) for path, item in self.set_by.items() if path[: len(keys)] == keys]
+        for path, item in reversed(inside):
+            if ".".join(path) in message:
+                return f"--set {item}"
+        position, found = self._position(loc)
+        if inside and not found:
+            return f"--set {inside[-1][1]}"
+        return position + (f" (with --set {inside[-1][1]})" if inside else "")
+
+    def _position(self, loc: tuple[Any, ...]) -> tuple[str, bool]:
+        """``file:line:column`` of the deepest key of ``loc`` that the file holds, and whether
+        it holds the whole of ``loc``."""
+        try:
+            node = yaml.compose(self.text)
+        except yaml.YAMLError:
+            node = None
+        mark, depth = None, 0
+        for part in loc:
+            child = None
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == str(part):
+                        mark, child = key.start_mark, value
+                        break
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                child = node.value[part]
+                mark = child.start_mark
+            if child is None:
+                break
+            node, depth = child, depth + 1
+        if mark is None:
+            return self.name, not loc
+        return f"{self.name}:{mark.line + 1}:{mark.column + 1}", depth == len(loc)
+
+    def describe_unknown(self, loc: tuple[Any, ...]) -> str:
+        dotted = _dotted(loc)
+        what = f"unknown config section {dotted!r}" if len(loc) == 1 else f"unknown key {dotted}"
+        suggestion = closest_key(tuple(str(part) for part in loc))
+        if suggestion:
+            fix = f"did you mean {suggestion}?"
+        else:
+            known = known_keys(tuple(str(part) for part in loc[:-1])) or []
+            fix = f"known {'sections' if len(loc) == 1 else 'keys'}: {', '.join(known)}"
+        return f"{self.source(loc)}: {what}; {fix}"
+
+    def describe(self, errors: list[ErrorDetails]) -> str:
+        """Every validation error on one line: its source, the key, what is wrong (and the fix)."""
+        parts = []
+        for error in errors:
+            loc = tuple(part for part in error["loc"] if isinstance(part, int | str))
+            if error["type"] == "extra_forbidden":
+                parts.append(self.describe_unknown(loc))
+                continue
+            message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            dotted = _dotted(loc)
+            named = not loc or message.startswith((f"{dotted}.", f"{dotted}:", f"{dotted} "))
+            what = message if named else f"{dotted}: {message}"
+            shown = error.get("input")
+            if loc and not isinstance(shown, dict | list):
+                what += f" (got {shown!r})"
+            parts.append(f"{self.source(loc, message)}: {what}")
+        return "; ".join(" ".join(part.split()) for part in parts)
 
 
 def with_reward_model(config_json: dict[str, Any], reward_dir: str) -> dict[str, Any]:

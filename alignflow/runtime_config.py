@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 class TrackingConfig(BaseModel):
     """MLflow: ``uri`` falls back to ``MLFLOW_TRACKING_URI``, then a local SQLite file."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silent default
 
     uri: str | None = None
     experiment: str | None = Field(None, description="defaults to the project name")
@@ -29,6 +31,8 @@ class TrackingConfig(BaseModel):
 
 class OrchestrationConfig(BaseModel):
     """Prefect: stages run in-process unless a work pool is named for them."""
+
+    model_config = ConfigDict(extra="forbid")
 
     work_pools: dict[str, str] = Field(
         default_factory=dict, description="stage name -> work pool; such stages run via run_deployment"

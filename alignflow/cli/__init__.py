@@ -7,20 +7,48 @@ mlflow) inside its functions so that ``alignflow --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 
 import typer
+
+
+def _flags_take_no_value() -> None:
+    """Help shows a flag (``--force``, ``--help``) bare: Typer 0.29 labels every option with
+    its type, so a flag read as taking a value (``--force <bool>``)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_bool_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
 
 app = typer.Typer(
     name="alignflow",
     help="Preference training of language models as tracked, versioned, gated pipelines.",
     no_args_is_help=True,
     add_completion=False,
+    # help is Markdown: a docstring's lines join into paragraphs however the source wraps
+    # them, and ``code`` shows as code, not as backquotes
+    rich_markup_mode="markdown",
 )
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    debug: bool = typer.Option(
+        False, "--debug", help="On a bad input, also print the traceback and the library's own report."
+    ),
+) -> None:
     """Preference training of language models as tracked, versioned, gated pipelines."""
+    if debug:
+        from alignflow.cli.errors import DEBUG_ENV
+
+        os.environ[DEBUG_ENV] = "1"
 
 
 # module name -> how it attaches: a sub-app ("data" -> `alignflow data ...`) or top-level commands

@@ -22,13 +22,9 @@ FORMAT_HELP = "reader: jsonl, json, parquet, csv, tsv, datasets (default: detect
 
 
 def _config(config_path: Path | None, overrides: list[str]):
-    from alignflow.config import ConfigError, load_config
+    from alignflow.cli.errors import load_config_or_exit
 
-    try:
-        return load_config(config_path, overrides).data
-    except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+    return load_config_or_exit(config_path, overrides).data
 
 
 def _where(example: dict) -> str:
@@ -108,8 +104,12 @@ def validate(
     path: list[Path] = typer.Argument(..., help="files or directories to validate"),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
     report: Path = typer.Option(None, "--report", help="write the JSON report here"),
-    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML"),
-    overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. data.max_chars=100"),
+    config_path: Path = typer.Option(
+        None, "--config", help="pipeline config YAML [default: the built-in demo config]"
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a config key, e.g. data.max_chars=100"
+    ),
 ) -> None:
     """Validate preference data and report bad rows by reason, file and row.
 
@@ -125,8 +125,9 @@ def validate(
         # streamed: no record is kept, so a file larger than memory validates too
         validated = validate_paths(list(path), config, fmt, keep_records=False)
     except FormatError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        from alignflow.cli.errors import fail
+
+        raise fail(str(exc), EXIT_USAGE, exc) from None
     written = None
     if report or validated.issues:
         written = write_full_report(validated, (report or DEFAULT_REPORT).resolve())
@@ -164,8 +165,10 @@ def add(
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
     repo: Path = typer.Option(Path("."), "--repo", help="git/DVC repo to version the snapshot in"),
     no_push: bool = typer.Option(False, "--no-push", help="do not push to the DVC remote"),
-    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML"),
-    overrides: list[str] = typer.Option([], "--set", help="override a config key"),
+    config_path: Path = typer.Option(
+        None, "--config", help="pipeline config YAML [default: the built-in demo config]"
+    ),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a config key"),
 ) -> None:
     """Validate -> normalise -> split -> write data/ -> dvc add -> push; prints the data version."""
     from alignflow.data.pipeline import DataValidationFailed, add_dataset
@@ -179,8 +182,9 @@ def add(
             list(path), config, repo, fmt, push=not no_push, check_labels=labels, check_training=training
         )
     except FormatError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        from alignflow.cli.errors import fail
+
+        raise fail(str(exc), EXIT_USAGE, exc) from None
     except DataCheckStop as exc:
         err.print(f"[red]not versioned[/red]: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_INVALID) from None

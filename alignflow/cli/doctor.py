@@ -358,9 +358,9 @@ def check_disk(path: str = ".") -> Check:
 
 
 def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
-    from alignflow.config import load_config
+    from alignflow.cli.errors import load_config_or_exit
 
-    config = load_config(config_path, overrides)
+    config = load_config_or_exit(config_path, overrides)
     gpus = gpu_count()
     return [
         *check_prefect(config.orchestration),
@@ -377,8 +377,10 @@ def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def doctor(
-        config: str = typer.Option(None, "--config", "-c", help="pipeline config YAML"),
-        overrides: list[str] = typer.Option([], "--set", help="key=value overrides"),
+        config: str = typer.Option(
+            None, "--config", "-c", help="pipeline config YAML [default: the built-in demo config]"
+        ),
+        overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="key=value overrides"),
     ) -> None:
         """Check the Prefect API and work pools, MLflow, DVC, GPUs and launch settings, the model, disk."""
         checks = run_checks(config, overrides)

@@ -52,12 +52,9 @@ def _fail(code: int, message: str) -> typer.Exit:
 
 
 def _config(config_path: Path | None, overrides: list[str]):
-    from alignflow.config import ConfigError, load_config
+    from alignflow.cli.errors import load_config_or_exit
 
-    try:
-        return load_config(config_path, overrides)
-    except ConfigError as exc:
-        raise _fail(EXIT_USAGE, f"config: {exc}") from None
+    return load_config_or_exit(config_path, overrides)
 
 
 def _tracking(cfg, tracking_uri: str | None) -> tuple[str, bool]:
@@ -215,17 +212,19 @@ def _nothing_to_evaluate(report_stub: dict[str, Any], bench, output: Path | None
 def reward(
     model: str = typer.Option(..., "--model", help=MODEL_HELP),
     data: Path = typer.Option(..., "--data", help=DATA_HELP),
-    overrides: list[str] = typer.Option([], "--set", help=SET_HELP),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     subset_column: str = typer.Option(
         None, "--subset-column", help="report figures per value of this column"
     ),
     output: Path = typer.Option(None, "--output", help=OUTPUT_HELP),
     tracking_uri: str = typer.Option(None, "--tracking-uri", help=TRACKING_HELP),
     name: str = typer.Option(None, "--name", help=NAME_HELP),
-    max_rows: int = typer.Option(None, "--max-rows", min=1, help=MAX_ROWS_HELP),
+    max_rows: int = typer.Option(None, "--max-rows", min=1, metavar="N", help=MAX_ROWS_HELP),
     fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, tsv, datasets"),
-    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML (data section)"),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="pairs scored per forward pass"),
+    config_path: Path = typer.Option(
+        None, "--config", help="pipeline config YAML (data section) [default: the built-in demo config]"
+    ),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, metavar="N", help="pairs scored per forward pass"),
 ) -> None:
     """Score every valid pair of a file with a reward model.
 
@@ -293,13 +292,17 @@ def policy(
         None, "--judge", help="answer and/or reward (default: answer, plus reward with --reward-model)"
     ),
     reward_model: str = typer.Option(None, "--reward-model", help="reward model for the reward judge"),
-    overrides: list[str] = typer.Option([], "--set", help=SET_HELP + "; evaluation.max_new_tokens=32"),
+    overrides: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help=SET_HELP + "; evaluation.max_new_tokens=32"
+    ),
     output: Path = typer.Option(None, "--output", help=OUTPUT_HELP),
     tracking_uri: str = typer.Option(None, "--tracking-uri", help=TRACKING_HELP),
     name: str = typer.Option(None, "--name", help=NAME_HELP),
-    max_rows: int = typer.Option(None, "--max-rows", min=1, help=MAX_ROWS_HELP),
+    max_rows: int = typer.Option(None, "--max-rows", min=1, metavar="N", help=MAX_ROWS_HELP),
     fmt: str = typer.Option(None, "--format", help="reader: jsonl, json, parquet, csv, tsv, datasets"),
-    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML (data, evaluation)"),
+    config_path: Path = typer.Option(
+        None, "--config", help="pipeline config YAML (data, evaluation) [default: the built-in demo config]"
+    ),
 ) -> None:
     """Answer every distinct prompt of a file with a policy (and the --against model).
 

@@ -110,8 +110,12 @@ def _report_input_failure(error: BaseException, log_file: Path | None) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML"),
-        overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. dpo.beta=0.2"),
+        config: Path | None = typer.Option(
+            None, "--config", "-c", help="pipeline config YAML [default: the built-in demo config]"
+        ),
+        overrides: list[str] = typer.Option(
+            [], "--set", metavar="KEY=VALUE", help="override a config key, e.g. dpo.beta=0.2"
+        ),
         summary_json: Path | None = typer.Option(None, help="also write the run summary here as JSON"),
         force: bool = typer.Option(
             False, "--force", help="run the flow even when the champion comes from this data and config"
@@ -130,13 +134,9 @@ def register(app: typer.Typer) -> None:
 
         apply_defaults()
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
-        from alignflow.config import ConfigError, load_config
+        from alignflow.cli.errors import load_config_or_exit
 
-        try:
-            pipeline_config = load_config(config, overrides)
-        except ConfigError as exc:
-            console.print(f"[red]{exc}[/]")
-            raise typer.Exit(2) from exc
+        pipeline_config = load_config_or_exit(config, overrides)
         import flows.retrain  # noqa: F401 - Prefect sets up its logging on import: before the sweep
         import flows.unchanged  # noqa: F401
 
@@ -185,11 +185,11 @@ def register(app: typer.Typer) -> None:
             resolved(retrain.to_deployment(name=name, cron=cron, parameters={"config_path": str(config)}))
         ]
         if ab_agent:
-            from alignflow.config import load_config
+            from alignflow.cli.errors import load_config_or_exit
             from alignflow.service.settings import ServiceSettings
             from flows.ab_check import ab_check
 
-            uri = load_config(config).tracking.resolved_uri()
+            uri = load_config_or_exit(config).tracking.resolved_uri()
             url = db_url or ServiceSettings.from_env().database_url
             for agent in ab_agent:
                 console.print(f"serving ab-check/{agent} on cron '{ab_cron}'")

@@ -21,14 +21,14 @@ Role = Literal["policy", "reward"]  # as registry.promotion names them (not impo
 
 
 def _settings(config: Path | None, overrides: list[str], tracking_uri: str | None, role: Role):
-    from alignflow.config import ConfigError, load_config
+    from alignflow.cli.errors import fail, load_config_or_exit
     from alignflow.registry.models import registered_name
 
+    cfg = load_config_or_exit(config, overrides)
     try:
-        cfg = load_config(config, overrides)
         name = registered_name(cfg.project, role)
-    except (ConfigError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    except ValueError as exc:
+        raise fail(f"project {cfg.project!r}: {exc}", error=exc) from None
     return cfg, tracking_uri or cfg.tracking.resolved_uri(), name
 
 

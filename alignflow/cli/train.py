@@ -86,14 +86,10 @@ def _run(
 
     quiet_environment()  # before transformers and friends are imported
     from alignflow import progress
+    from alignflow.cli.errors import load_config_or_exit
     from alignflow.cli.progress_view import watched
-    from alignflow.config import ConfigError, load_config
 
-    try:
-        cfg = load_config(config, overrides)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE) from exc
+    cfg = load_config_or_exit(config, overrides)
     output_dir = output or Path(cfg.output_dir) / stage
     data_dir = data or Path(cfg.data.data_dir)
     if data_dir.is_file():
@@ -124,8 +120,12 @@ def _run(
 
 def _command(stage: str):
     def command(
-        config: Path | None = typer.Option(None, "--config", "-c", help="pipeline YAML (configs/demo.yaml)"),
-        overrides: list[str] = typer.Option([], "--set", help="key=value override, repeatable"),
+        config: Path | None = typer.Option(
+            None, "--config", "-c", help="pipeline config YAML [default: the built-in demo config]"
+        ),
+        overrides: list[str] = typer.Option(
+            [], "--set", metavar="KEY=VALUE", help="key=value override, repeatable"
+        ),
         data: Path | None = typer.Option(
             None, "--data", help="a snapshot dir, or a data file to validate and snapshot first"
         ),

@@ -175,7 +175,7 @@ def read_rows(path: str | Path, fmt: str | None = None, hint_splits: bool = Fals
     """Every row of ``path`` (a file or directory); read errors come back as rows with an issue."""
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
-        raise FormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise FormatError(f"--format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")
     if not path.exists():
         yield RawRow(
             str(path), None, None, issue=Issue(Reason.FILE_NOT_FOUND, "no such file or directory", str(path))
@@ -453,7 +453,7 @@ def read_items(path: str | Path, fmt: str | None = None, hint_splits: bool = Fal
     """Like :func:`read_rows`, but JSONL comes in :class:`TableBlock` s where it can (bulk reading)."""
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
-        raise FormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise FormatError(f"--format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")
     if not path.exists():
         yield from read_rows(path, fmt, hint_splits)
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 # Preset names users can put in ``model.name``; anything else is a local path or a hub id.
 PRESETS: dict[str, str] = {
@@ -27,6 +27,8 @@ SMOLLM2 = "smollm2-135m-instruct"
 class LoraSpec(BaseModel):
     """Parameter-efficient fine-tuning through PEFT; ``quantization`` turns LoRA into QLoRA."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silent default
+
     enabled: bool = False
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
@@ -37,6 +39,8 @@ class LoraSpec(BaseModel):
 
 class ModelSpec(BaseModel):
     """Which model a stage starts from: a preset name, a local path or a hub id."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silent default
 
     name: str = Field(
         "tiny",
