@@ -180,7 +180,7 @@ def decision_entry(info: dict[str, Any], decision: Any) -> dict[str, Any]:
         "promoted": decision.promoted,
         "reason": decision.reason,
         "failed": [r.name for r in decision.failed],
-        "judges": list(decision.judges),
+        "judges": decision.judges_counted,  # as the version's page lists them: answers first
         "gates": [{"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results],
     }
 

@@ -77,31 +77,42 @@ def _human_decision(cfg, uri: str, db_url: str | None, version: str, dry_run: bo
     try:
         return human_verdict(cfg.project, url, uri, cfg.promotion, version, dry_run)
     except LookupError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        from alignflow.cli.errors import fail
+
+        raise fail(f"--human: {exc}", error=exc) from None
 
 
 def gate_table(decision, title: str) -> Table:
-    """Every gate: the value, its 95% interval and judged rows, the bound that decides, the verdict."""
-    from alignflow.registry.promotion import BOUND_NAMES
-
-    table = Table("gate", "value", "95% interval", "n", "decides on", "needs", "outcome", title=title)
+    """Every gate: the value, its 95% interval and judged rows, the bound that decides and what
+    it must clear, the verdict. A gate's name is never cut (it is what a user looks up); on a
+    narrow console the other cells wrap, none ends in an ellipsis."""
+    table = Table(title=title)
+    longest = max((len(r.name) for r in decision.results), default=4)
+    table.add_column("gate", no_wrap=True, min_width=longest)
+    for column in ("value", "95% interval", "n", "needs", "outcome"):
+        table.add_column(column, overflow="fold")
     for r in decision.results:
         value = "missing" if r.value is None else f"{r.value:.4g}"
         outcome = "[green]passed[/green]" if r.passed else f"[red]{r.outcome}[/red]"
         n = "" if r.n is None else str(r.n)
-        table.add_row(
-            r.name, value, r.interval(), n, BOUND_NAMES[r.bound], f"{r.op} {r.threshold:g}", outcome
-        )
+        table.add_row(r.name, value, r.interval(), n, r.needs, outcome)
     return table
 
 
 def promote(
     version: str | None = typer.Option(None, help="version number; default: the challenger"),
     role: Role = typer.Option("policy", help=ROLE_HELP),
-    force: bool = typer.Option(False, help="move champion without checking the gates"),
+    force: bool = typer.Option(False, "--force", help="move champion without checking the gates"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the gate table; change nothing"),
-    config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (gates, project)"),
-    overrides: list[str] = typer.Option([], "--set", help="override a config key, e.g. promotion.max_kl=0.5"),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="pipeline config YAML (gates, project) [default: the built-in demo config]",
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override a config key, e.g. promotion.max_kl=0.5"
+    ),
     tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
     human: bool = typer.Option(
         False, "--human", help="decide by live ratings alone (A/B): the feedback service's database"
@@ -121,10 +132,14 @@ def promote(
     console = Console()
     version = version or models.alias_version(uri, name, models.CHALLENGER)
     if version is None:
-        console.print(f"[red]{name} has no challenger; pass --version[/red]")
-        raise typer.Exit(2)
+        from alignflow.cli.errors import fail
+
+        raise fail(f"{name} has no challenger; pass --version N (a registered version of {name})")
     if force and not dry_run:
         previous = promotion.promote_by_hand(uri, name, version)
+        if previous == version:
+            console.print(f"{name}: version {version} is already champion; nothing changed")
+            return
         console.print(f"{name}: champion -> version {version} (was {previous or 'none'}), gates not checked")
         return
     if human:
@@ -139,21 +154,28 @@ def promote(
         else:
             decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges)
     console.print(gate_table(decision, f"{name} version {version}" + (" (dry run)" if dry_run else "")))
-    if judges:
-        console.print(f"judges that count: {', '.join(judges)}")
+    if decision.judges_counted:
+        console.print(f"judges that count: {', '.join(decision.judges_counted)}")
     champion_now = decision.previous_champion or "none"
     if not decision.promoted:
         verb = "would be rejected" if dry_run else "rejected"
         console.print(f"[red]{verb}[/red]: {decision.reason}; champion stays {champion_now}")
         raise typer.Exit(1)
+    if decision.previous_champion == version:
+        passes = "passes every gate" if decision.results else "has no gates to pass"
+        change = "nothing would change" if dry_run else "nothing changed"
+        console.print(f"[green]version {version} {passes}[/green] and is already champion; {change}")
+        return
     verb = "would be promoted" if dry_run else "promoted"
     console.print(f"[green]{verb}[/green]: champion -> version {version} (was {champion_now})")
 
 
 def rollback(
     role: Role = typer.Option("policy", help=ROLE_HELP),
-    config: Path | None = typer.Option(None, "--config", "-c", help="pipeline config YAML (project)"),
-    overrides: list[str] = typer.Option([], "--set", help="override a config key"),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="pipeline config YAML (project) [default: the built-in demo config]"
+    ),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a config key"),
     tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI; default from config"),
 ) -> None:
     """Move champion back to the previous champion."""

@@ -11,7 +11,7 @@ across runs) and as markdown and JSON artifacts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from alignflow.evaluation.metric_names import gate_key, promoted_key
@@ -95,8 +95,7 @@ def gate_table_markdown(decision: PromotionDecision) -> str:
 
 def judges_line(decision: PromotionDecision, answers: int) -> str:
     """The judges whose verdicts counted: verifiable answers first, then the preference judges."""
-    counted = ([f"verifiable answers ({answers} pinned prompts)"] if answers else []) + list(decision.judges)
-    return ", ".join(counted) or "none"
+    return ", ".join(replace(decision, answers=answers).judges_counted) or "none"
 
 
 def _run_link(run_id: str | None, experiment_id: str | None) -> str:

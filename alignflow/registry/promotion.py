@@ -154,7 +154,15 @@ class PromotionDecision:
     promoted: bool
     results: tuple[GateResult, ...]
     previous_champion: str | None
-    judges: tuple[str, ...] = ()
+    judges: tuple[str, ...] = ()  # the preference judges that counted
+    answers: int = 0  # pinned prompts with a verifiable answer the policy was checked against
+
+    @property
+    def judges_counted(self) -> list[str]:
+        """Every judge whose verdicts counted (what ``independent_judge`` counts): the
+        verifiable answers first, then the preference judges."""
+        verified = [f"verifiable answers ({self.answers} pinned prompts)"] if self.answers else []
+        return verified + list(self.judges)
 
     @property
     def failed(self) -> list[GateResult]:
@@ -473,7 +481,8 @@ def decide(
     if role == "reward" and policy_promoted is False and config.release == "together":
         results.append(release_result(policy_promoted))  # shown only where it holds the model back
     promoted = all(r.passed for r in results)
-    return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges))
+    answers = int(_number(metrics, ANSWERS) or 0) if role == "policy" else 0
+    return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges), answers)
 
 
 def record_metrics(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> None:
