@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import importlib
 import secrets
+from pathlib import Path
 
 import typer
 
+from alignflow.cli.errors import fail, load_config_or_exit
 from alignflow.cli.shutdown import stopping_children
+from alignflow.runtime_config import DEFAULT_TRACKING_URI
+from alignflow.service.settings import DEFAULT_DATABASE_URL
+
+DEFAULT_LAUNCHER = "flows.feedback_launcher:make_launcher"
 
 
 def _load_launcher(spec: str, settings):
     """``module:attribute`` naming a launcher object or a factory taking the settings."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise typer.BadParameter(f"--launcher {spec!r}: expected 'module:attribute'")
-    target = getattr(importlib.import_module(module_name), attribute)
+        raise fail(f"--launcher {spec}: expected module:attribute (or 'library' to train in-process)")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise fail(
+            f"--launcher {spec}: cannot load it ({exc}); expected module:attribute", error=exc
+        ) from None
     return target if hasattr(target, "launch") else target(settings)
 
 
@@ -23,35 +34,54 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="interface to listen on"),
     port: int = typer.Option(8000, help="TCP port"),
     db_url: str | None = typer.Option(
-        None, "--db-url", help="SQLAlchemy URL (default sqlite:///alignflow-service.db)"
+        None, "--db-url", help=f"SQLAlchemy URL [default: {DEFAULT_DATABASE_URL}]", show_default=False
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help="bearer tokens, one per line: TOKEN, or TOKEN:AGENT,AGENT to scope it "
+        "(else ALIGNFLOW_API_TOKEN; with neither, one is generated and printed)",
     ),
     token: list[str] = typer.Option(
-        [], "--token", help="bearer token, optionally scoped: TOKEN or TOKEN:agent_a,agent_b (repeatable)"
+        [],
+        "--token",
+        metavar="TOKEN",
+        help="a bearer token (repeatable); visible to other users in `ps`: "
+        "prefer ALIGNFLOW_API_TOKEN or --token-file",
     ),
-    tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI (default sqlite:///mlflow.db)"),
+    tracking_uri: str | None = typer.Option(
+        None, help=f"MLflow tracking URI [default: {DEFAULT_TRACKING_URI}]", show_default=False
+    ),
     work_dir: str | None = typer.Option(None, help="where exports and trained models go"),
     min_feedback: int | None = typer.Option(None, help="feedback samples needed before training"),
     launcher: str = typer.Option(
-        "flows.feedback_launcher:make_launcher",
-        help="module:attribute of a training launcher; 'library' trains in-process without Prefect",
+        DEFAULT_LAUNCHER,
+        help="module:attribute of a training launcher, or 'library' to train in-process without "
+        f"Prefect [default: {DEFAULT_LAUNCHER}]",
+        show_default=False,
     ),
     config: str | None = typer.Option(
         None, "--config", help="pipeline config of training jobs (default: the embedded demo config)"
     ),
     overrides: list[str] = typer.Option(
-        [], "--set", help="override a pipeline config key for training jobs: key=value (repeatable)"
+        [], "--set", metavar="KEY=VALUE", help="override a pipeline config key for training jobs (repeatable)"
     ),
     wait_for_training: bool = typer.Option(
-        False, help="answer POST train_policy when the job ends, as spec 002 clients expect (?wait=true)"
+        False,
+        "--wait-for-training",
+        help="answer POST train_policy when the job ends, as spec 002 clients expect (?wait=true)",
     ),
     log_level: str = typer.Option("info", help="uvicorn log level"),
 ) -> None:
-    """Serve the feedback/training/policy HTTP API (OpenAPI at /docs and /openapi.json)."""
+    """Serve the feedback/training/policy HTTP API (OpenAPI at /docs and /openapi.json).
+
+    Bearer tokens come from ALIGNFLOW_API_TOKEN (or ALIGNFLOW_API_TOKENS, ';'-separated) or
+    --token-file, so that they never show in the process list.
+    """
     import uvicorn
 
-    from alignflow.config import load_config
     from alignflow.service.app import create_app
-    from alignflow.service.settings import ServiceSettings, TokenSpec
+    from alignflow.service.settings import ServiceSettings, TokenSpec, read_token_file
 
     values: dict = {}
     if db_url:
@@ -67,18 +97,31 @@ def serve(
     if overrides:
         values["pipeline_overrides"] = list(overrides)
     try:
-        if token:
-            values["tokens"] = [TokenSpec.parse(t) for t in token]
-        settings = ServiceSettings.from_env(**values)
-        if wait_for_training:
-            settings.training.wait_by_default = True
-        load_config(settings.pipeline_config, settings.pipeline_overrides)  # fail now, not at the first job
+        tokens = [TokenSpec.parse(t) for t in token]
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise fail(f"--token: {exc}", error=exc) from None
+    if token_file is not None:
+        try:
+            tokens += read_token_file(token_file)
+        except (OSError, ValueError) as exc:
+            raise fail(f"--token-file {token_file}: {exc}", error=exc) from None
+    if tokens:
+        values["tokens"] = tokens
+    try:
+        settings = ServiceSettings.from_env(**values)
+    except ValueError as exc:  # an ALIGNFLOW_API_* variable: the message names it
+        raise fail(str(exc), error=exc) from None
+    if wait_for_training:
+        settings.training.wait_by_default = True
+    load_config_or_exit(settings.pipeline_config, settings.pipeline_overrides)  # now, not at the first job
     if not settings.tokens:
         generated = secrets.token_urlsafe(32)
         settings = settings.model_copy(update={"tokens": [TokenSpec(token=generated, name="generated")]})
-        typer.echo(f"no --token given; this run accepts the generated token: {generated}", err=True)
+        typer.echo(
+            "no ALIGNFLOW_API_TOKEN or --token-file given; this run accepts the generated token: "
+            f"{generated}",
+            err=True,
+        )
     if launcher != "library":
         from flows.environment import apply_defaults
 

@@ -19,6 +19,8 @@ AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 ENV_PREFIX = "ALIGNFLOW_API_"
 MIN_TOKEN_CHARS = 16
+# workspace-local state lives under .alignflow/ (git-ignored), like the run logs and reports
+DEFAULT_DATABASE_URL = "sqlite:///.alignflow/service.db"
 
 
 class TokenSpec(BaseModel):
@@ -96,12 +98,23 @@ class ServingSettings(BaseModel):
     batching: bool = True
 
 
+_ENV_FIELDS = {  # ALIGNFLOW_API_<suffix> -> the setting it sets
+    "DATABASE_URL": "database_url",
+    "TRACKING_URI": "tracking_uri",
+    "WORK_DIR": "work_dir",
+    "MIN_FEEDBACK": "min_feedback",
+    "MAX_BODY_BYTES": "max_body_bytes",
+    "SQLITE_SYNCHRONOUS": "sqlite_synchronous",
+    "PIPELINE_CONFIG": "pipeline_config",
+}
+
+
 class ServiceSettings(BaseModel):
     """The service's whole configuration."""
 
     model_config = ConfigDict(extra="forbid")
 
-    database_url: str = "sqlite:///alignflow-service.db"
+    database_url: str = DEFAULT_DATABASE_URL
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"  # NORMAL survives a process kill (WAL)
     tracking_uri: str = "sqlite:///mlflow.db"
     work_dir: Path = Path(".alignflow/service")  # exports, snapshots, trained models
@@ -128,22 +141,49 @@ class ServiceSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> ServiceSettings:
-        """Read ``ALIGNFLOW_API_*`` variables (tokens: comma-free ``;``-separated specs)."""
+        """Read ``ALIGNFLOW_API_*`` variables: ``ALIGNFLOW_API_TOKEN`` holds one token spec,
+        ``ALIGNFLOW_API_TOKENS`` several, ``;``-separated. A bad value raises a one-line
+        ValueError naming the variable."""
         env = os.environ if environ is None else environ
         values: dict = {}
-        simple = {
-            "DATABASE_URL": "database_url",
-            "TRACKING_URI": "tracking_uri",
-            "WORK_DIR": "work_dir",
-            "MIN_FEEDBACK": "min_feedback",
-            "MAX_BODY_BYTES": "max_body_bytes",
-            "SQLITE_SYNCHRONOUS": "sqlite_synchronous",
-            "PIPELINE_CONFIG": "pipeline_config",
-        }
-        for suffix, field in simple.items():
+        for suffix, field in _ENV_FIELDS.items():
             if f"{ENV_PREFIX}{suffix}" in env:
                 values[field] = env[f"{ENV_PREFIX}{suffix}"]
-        if env.get(f"{ENV_PREFIX}TOKENS"):
-            values["tokens"] = [TokenSpec.parse(t) for t in env[f"{ENV_PREFIX}TOKENS"].split(";") if t]
+        tokens = []
+        for suffix in ("TOKEN", "TOKENS"):
+            for spec in env.get(f"{ENV_PREFIX}{suffix}", "").split(";"):
+                if spec.strip():
+                    try:
+                        tokens.append(TokenSpec.parse(spec.strip()))
+                    except ValueError as exc:
+                        raise ValueError(f"{ENV_PREFIX}{suffix}: {exc}") from None
+        if tokens:
+            values["tokens"] = tokens
         values.update(overrides)
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ValueError("; ".join(_located(e, overrides) for e in exc.errors())) from None
+
+
+def _located(error: ErrorDetails, overrides: dict) -> str:
+    """One settings error, named by where its value came from (an option or a variable)."""
+    field = str(error["loc"][0]) if error["loc"] else ""
+    variable = {v: k for k, v in _ENV_FIELDS.items()}.get(field)
+    source = field if field in overrides or variable is None else f"{ENV_PREFIX}{variable}"
+    return f"{source}: {_message(error)}" + (f" (got {error['input']!r})" if field else "")
+
+
+def read_token_file(path: Path) -> list[TokenSpec]:
+    """Bearer tokens from a file, one spec per line (``TOKEN`` or ``TOKEN:agent_a,agent_b``);
+    blank lines and ``#`` comments are skipped. Raises OSError or a one-line ValueError."""
+    specs = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                specs.append(TokenSpec.parse(line.strip()))
+            except ValueError as exc:
+                raise ValueError(f"line {number}: {exc}") from None
+    if not specs:
+        raise ValueError("holds no token (one per line: TOKEN or TOKEN:agent_a,agent_b)")
+    return specs
