@@ -48,7 +48,9 @@ def test_a_key_in_no_section_suggests_the_sections_that_have_it():
 
 
 def test_a_bad_value_names_the_key_the_rule_and_what_was_given(tmp_path):
-    assert _refusal(None, ["dpo.beta=abc"]).startswith("--set dpo.beta=abc: dpo.beta: Input should be a valid number")
+    assert _refusal(None, ["dpo.beta=abc"]).startswith(
+        "--set dpo.beta=abc: dpo.beta: Input should be a valid number"
+    )
     path = tmp_path / "c.yaml"
     path.write_text("sft:\n  max_steps: -1\n")
     assert _refusal(path) == (

@@ -20,7 +20,9 @@ def _python_says(line: str) -> str:
 
 
 def _good(i: int) -> str:
-    return json.dumps({"prompt": f"What is {i} plus 1?", "chosen": f"The answer is {i + 1}.", "rejected": "No."})
+    return json.dumps(
+        {"prompt": f"What is {i} plus 1?", "chosen": f"The answer is {i + 1}.", "rejected": "No."}
+    )
 
 
 def _issues(items) -> list[tuple[int | None, str]]:
