@@ -7,8 +7,19 @@ from typing import Any
 
 from alignflow.evaluation import metric_names as names
 
-# metric names that say how a trainer ran, not how good its model is
-_NOISE = ("runtime", "per_second", "epoch", "before_", "total_flos", "step")
+# metric names that say how a trainer ran, not how good its model is: its timings (HF's
+# ``model_preparation_time``, the DPO reference pass's ``reference/*_seconds`` and cache hits)
+_NOISE = (
+    "runtime",
+    "per_second",
+    "epoch",
+    "before_",
+    "total_flos",
+    "step",
+    "preparation_time",
+    "_seconds",
+    "_cached",
+)
 
 # what a person checks first in each stage's row; other metrics fill the rest of the cell
 _HEADLINE = {
@@ -26,6 +37,14 @@ _HEADLINE = {
         names.REWARD_STAGE_MARGIN,
         names.REWARD_STAGE_TRAIN_ACCURACY,
     ),
+    # a DPO-family policy: its held-out loss, how far chosen beats rejected, and how often
+    "policy": (
+        names.eval_key("loss"),
+        names.eval_key("rewards/margins"),
+        names.eval_key("rewards/accuracies"),
+        "train_loss",
+    ),
+    "sft": (names.eval_key("loss"), "train_loss"),
 }
 
 
@@ -42,7 +61,15 @@ def key_metrics(stage: str, metrics: dict[str, Any], limit: int = 4) -> str:
         k for k in metrics if k not in headline and not any(n in k for n in _NOISE) and not is_bound_key(k)
     ]
     shown = (headline + rest)[: max(limit, len(headline))]
-    return ", ".join(f"{_short(k)}={metrics[k]:.3g}" for k in shown)
+    return ", ".join(f"{_short(k)}={_figure(metrics[k])}" for k in shown)
+
+
+def _figure(value: Any) -> str:
+    """A count as an integer (``data/train=2030``), any other figure to 3 significant digits."""
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    return f"{number:.3g}"
 
 
 def _short(key: str) -> str:

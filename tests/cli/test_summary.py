@@ -31,3 +31,36 @@ def test_reward_row_shows_held_out_accuracy_and_keeps_the_train_scope():
 def test_noise_is_left_out_of_other_rows():
     cell = key_metrics("sft", {"train_runtime": 8.2, "epoch": 2.9, "eval_loss": 0.524})
     assert cell == "eval_loss=0.524"
+
+
+def test_counts_are_printed_as_integers():
+    cell = key_metrics("data", {"data/train": 2030.0, "data/eval": 226.0, "data/quarantined": 0.0})
+    assert cell == "data/train=2030, data/eval=226, data/quarantined=0"
+
+
+def test_the_sft_row_leaves_out_runtime_noise():
+    metrics = {
+        "eval/model_preparation_time": 0.0021,
+        "eval/loss": 1.234,
+        "train_loss": 1.5,
+        "eval/runtime": 0.4,
+    }
+    cell = key_metrics("sft", metrics)
+    assert cell == "loss=1.23, train_loss=1.5"
+
+
+def test_the_policy_row_shows_the_dpo_loss_and_margins_not_reference_cache_timings():
+    metrics = {
+        "reference/train_cached": 1.0,
+        "reference/train_seconds": 3.2,
+        "reference/eval_cached": 0.0,
+        "reference/eval_seconds": 0.8,
+        "train_loss": 0.61,
+        "eval/loss": 0.52,
+        "eval/rewards/margins": 1.31,
+        "eval/rewards/accuracies": 0.9,
+        "eval/rewards/chosen": 0.2,
+    }
+    cell = key_metrics("policy", metrics)
+    assert cell.startswith("loss=0.52, rewards/margins=1.31, rewards/accuracies=0.9, train_loss=0.61")
+    assert "reference/" not in cell
