@@ -24,3 +24,15 @@ class DataCheckStop(RuntimeError):
         where = f" ({self.report_words} {report_path})" if report_path else ""
         super().__init__(f"{self.reason}: {message}{where}")
         self.report_path = report_path
+
+
+class CannotJudge(DataCheckStop):
+    """No judge shown competent on some of the new data: an unattended run must not train on it.
+    ``data add --accept-unjudged REASON`` versions it anyway, with the reason on the version."""
+
+    reason = "cannot_judge"
+    report_words = "pairs in"
+
+    def __init__(self, message: str, report_path: str | None = None, summary: str | None = None):
+        super().__init__(message, report_path)
+        self.summary = summary or message  # what was left unjudged, without the way on or a path

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 app = typer.Typer(help="Validate, version and inspect preference data.", no_args_is_help=True)
 console = Console()
@@ -159,6 +160,34 @@ def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
     return data_guards(full, str(repo), judge)
 
 
+SHOWN_PAIRS = 3  # the label check's pairs shown on the console; the report holds more
+
+
+def _said(example: dict, side: str) -> str:
+    """A side of a pair as the label check saw it: its text, its number, the judge's score."""
+    notes = []
+    if example.get(f"{side}_says") is not None:
+        notes.append(f"says {example[f'{side}_says']}")
+    if example.get(f"reward_{side}") is not None:
+        notes.append(f"reward {example[f'reward_{side}']:.3f}")
+    return f"{side} {example[side]!r}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _print_pairs(exc: Exception) -> None:
+    """A few of the pairs a label check refused or could not judge: where each is, both sides
+    with the judge's scores, and the reference answer where one decided."""
+    examples = getattr(exc, "examples", None) or []
+    for example in examples[:SHOWN_PAIRS]:
+        where = example.get("where") or (f"id {example['id']}" if example.get("id") else "pair")
+        line = f"  {where} [chosen, rejected]: prompt {example['prompt']!r}: "
+        line += f"{_said(example, 'chosen')} over {_said(example, 'rejected')}"
+        if example.get("answer") is not None:
+            line += f"; the answer is {example['answer']} ({example.get('answer_from') or 'metadata.answer'})"
+        err.print(line, markup=False, soft_wrap=True, highlight=False)
+    if len(examples) > SHOWN_PAIRS:
+        err.print(f"  … more in {getattr(exc, 'report_path', None)}", markup=False, soft_wrap=True)
+
+
 @app.command()
 def add(
     path: list[Path] = typer.Argument(..., help="files or directories to version"),
@@ -169,24 +198,37 @@ def add(
         None, "--config", help="pipeline config YAML [default: the built-in demo config]"
     ),
     overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a config key"),
+    accept_unjudged: str = typer.Option(
+        None,
+        "--accept-unjudged",
+        metavar="REASON",
+        help="version pairs that no judge can judge (no verifiable answer, no reward model shown "
+        "competent on pairs like them) anyway, for this reason: it is recorded on the data version "
+        "and shown on every model version trained on it",
+    ),
 ) -> None:
     """Validate -> normalise -> split -> write data/ -> dvc add -> push; prints the data version."""
     from alignflow.data.pipeline import DataValidationFailed, add_dataset
     from alignflow.data.readers import FormatError
     from alignflow.errors import DataCheckStop
 
+    if accept_unjudged is not None and not accept_unjudged.strip():
+        err.print("--accept-unjudged needs a reason: why can these labels be trusted?")
+        raise typer.Exit(EXIT_USAGE)
     config = _config(config_path, overrides)
     labels, training = _data_checks(config_path, overrides, repo)
     try:
         version = add_dataset(
-            list(path), config, repo, fmt, push=not no_push, check_labels=labels, check_training=training
-        )
+            list(path), config, repo, fmt, push=not no_push, check_labels=labels, check_training=training,
+            accept_unjudged=accept_unjudged.strip() if accept_unjudged else None,
+        )  # fmt: skip
     except FormatError as exc:
         from alignflow.cli.errors import fail
 
         raise fail(str(exc), EXIT_USAGE, exc) from None
     except DataCheckStop as exc:
-        err.print(f"[red]not versioned[/red]: {exc}", markup=False, soft_wrap=True)
+        err.print(Text.assemble(("not versioned", "red"), f": {exc}"), soft_wrap=True)
+        _print_pairs(exc)
         raise typer.Exit(EXIT_INVALID) from None
     except DataValidationFailed as exc:
         failed = _read_report(exc.result.report_path)
@@ -210,6 +252,8 @@ def add(
         _print_report(shown, version.report_path, rows_at)
     counts = ", ".join(f"{k}={v}" for k, v in version.counts.items())
     console.print(f"snapshot: {version.data_dir} ({counts})")
+    if version.accepted_unjudged:
+        console.print(Text.assemble(("accepted unjudged", "yellow"), f": {version.accepted_unjudged}"))
     console.print(f"data version: [bold]{version.version}[/bold]")
 
 
@@ -234,6 +278,10 @@ def show(
             console.print(
                 "quarantine: " + ", ".join(f"{k}={v}" for k, v in manifest["quarantine_by_reason"].items())
             )
+        accepted = manifest.get("accepted_unjudged")
+        if accepted:
+            console.print(Text.assemble(("accepted unjudged", "yellow"), f": {accepted['reason']}"))
+            console.print(f"  left unjudged: {accepted['unjudged']}", markup=False, soft_wrap=True)
     else:
         console.print("[yellow]snapshot not checked out[/yellow]: run `dvc pull`")
     if status["history"]:

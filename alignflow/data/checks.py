@@ -26,6 +26,8 @@ TEXT_FIELDS = {
     "ranked": ("prompt",),  # and each of its responses, see response_fields
 }
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
+# the file:row a record came from, set on the copies handed to a data check (never stored)
+RECORD_WHERE = "_where"
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # C0 controls except tab/newline/carriage return, DEL and C1 controls
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")

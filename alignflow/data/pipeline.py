@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from alignflow.code_version import source_digest
 from alignflow.data import versioning
+from alignflow.data.checks import RECORD_WHERE as WHERE
 from alignflow.data.config import DataConfig
 from alignflow.data.report import write_report
 from alignflow.data.snapshot import (
@@ -47,10 +48,11 @@ from alignflow.data.validation import (
     summarize_report,
     validate_paths,
 )
-from alignflow.errors import InputError
+from alignflow.errors import CannotJudge, InputError
 
 HISTORY = Path(".alignflow") / "data-history.jsonl"
 REPORT = "report.json"
+ACCEPTED_UNJUDGED = "accepted_unjudged"  # manifest key: why data no judge could judge was versioned
 
 
 class DatasetVersion(BaseModel):
@@ -64,6 +66,8 @@ class DatasetVersion(BaseModel):
     counts: dict[str, int]
     validation: ValidationResult
     reused: bool = False
+    # the reason given for versioning pairs no judge could judge (``--accept-unjudged``)
+    accepted_unjudged: str | None = None
 
 
 class DataValidationFailed(InputError, RuntimeError):
@@ -111,9 +115,14 @@ def build_manifest(
 
 
 def write_snapshot(
-    validated: Validated, config: DataConfig, data_dir: Path, repo_dir: Path
+    validated: Validated,
+    config: DataConfig,
+    data_dir: Path,
+    repo_dir: Path,
+    accepted: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Replace ``data_dir`` with train/eval/quarantine Parquet, the report and the manifest."""
+    """Replace ``data_dir`` with train/eval/quarantine Parquet, the report and the manifest
+    (with ``accepted``: the reason unjudged pairs were accepted, and what was left unjudged)."""
     records = [entry.record for entry in validated.kept]
     splits = split_records(
         records, config.eval_fraction, config.split_seed, [e.split for e in validated.kept]
@@ -132,6 +141,8 @@ def write_snapshot(
             example["file"] = _relative(example["file"], repo_dir)
     write_report(report, data_dir / REPORT)
     manifest = build_manifest(validated, splits, config, repo_dir)
+    if accepted is not None:
+        manifest[ACCEPTED_UNJUDGED] = accepted
     if not manifest["counts_add_up"]:
         raise AssertionError(
             f"snapshot counts {manifest['counts']} do not add up to {manifest['input_rows']}"
@@ -157,13 +168,42 @@ def _check_reused(
     check_labels: Callable[[list[dict[str, Any]]], None] | None,
     check_training: Callable[[list[TrainingRow]], None] | None,
 ) -> None:
-    """The same checks on a reused snapshot as on a new one: reuse must not skip them."""
+    """The same checks on a reused snapshot as on a new one: reuse must not skip them. Pairs no
+    judge can judge pass only where the version records why they were accepted."""
     train = load_split(version.data_dir, "train")
     if check_training is not None:
         where = str(split_path(version.data_dir, "train"))
         check_training([(where, i, record) for i, record in enumerate(train)])
     if check_labels is not None:
-        check_labels(train + load_split(version.data_dir, "eval"))
+        located = [
+            {**record, WHERE: f"{split_path(version.data_dir, split)}:{i}"}
+            for split in ("train", "eval")
+            for i, record in enumerate(train if split == "train" else load_split(version.data_dir, split))
+        ]
+        _check_labels(check_labels, located, version.accepted_unjudged)
+
+
+def _check_labels(
+    check_labels: Callable[[list[dict[str, Any]]], None], records: list[dict[str, Any]], accept: str | None
+) -> dict[str, Any] | None:
+    """Run the label check; pairs it cannot judge pass only with a reason to accept them, and
+    then what was accepted comes back (for the manifest)."""
+    try:
+        check_labels(records)
+    except CannotJudge as exc:
+        if not accept:
+            raise
+        return {"reason": accept, "unjudged": exc.summary}
+    return None
+
+
+def _accepted_reason(data_dir: str | Path) -> str | None:
+    """The reason recorded on a snapshot for versioning pairs no judge could judge, if any."""
+    try:
+        accepted = read_manifest(data_dir).get(ACCEPTED_UNJUDGED)
+    except (OSError, ValueError):
+        return None
+    return accepted.get("reason") if isinstance(accepted, dict) else None
 
 
 def add_dataset(
@@ -175,6 +215,7 @@ def add_dataset(
     reuse: bool = True,
     check_labels: Callable[[list[dict[str, Any]]], None] | None = None,
     check_training: Callable[[list[TrainingRow]], None] | None = None,
+    accept_unjudged: str | None = None,
 ) -> DatasetVersion:
     """Validate the input and, when it passes, write, track and push a new data version.
 
@@ -183,12 +224,17 @@ def add_dataset(
     ``check_labels`` sees the validated records, ``check_training`` the rows bound for the
     train split, before anything is written (and a reused snapshot's rows as well); either
     may raise to stop (the poisoned-data check, :mod:`alignflow.evaluation.label_check`;
-    the pinned-set check, :mod:`alignflow.evaluation.contamination`).
+    the pinned-set check, :mod:`alignflow.evaluation.contamination`). Where the label check
+    cannot judge some pairs (:class:`~alignflow.errors.CannotJudge`), ``accept_unjudged`` (a
+    reason) versions them anyway and records the reason in the manifest (so in the data
+    version); a reused version passes on the reason it records.
     """
     config = config or DataConfig()
     repo_dir = Path(repo_dir).resolve()
     fingerprint = input_fingerprint(paths, config, fmt)
-    if reuse and (current := _tracked_version(fingerprint, config, repo_dir)) is not None:
+    current = _tracked_version(fingerprint, config, repo_dir) if reuse else None
+    # a new reason to accept unjudged pairs makes a new version (the reason is part of it)
+    if current is not None and accept_unjudged in (None, current.accepted_unjudged):
         _check_reused(current, check_labels, check_training)
         return current
     validated = validate_paths(paths, config, fmt)
@@ -199,11 +245,15 @@ def add_dataset(
         raise DataValidationFailed(summarize(validated, report_path))
     if check_training is not None:
         check_training(training_rows(validated, config))
+    accepted = None
     if check_labels is not None:
-        check_labels([entry.record for entry in validated.kept])
+        located = [
+            {**e.record, WHERE: e.file if e.row is None else f"{e.file}:{e.row}"} for e in validated.kept
+        ]
+        accepted = _check_labels(check_labels, located, accept_unjudged)
     versioning.ensure_repo(repo_dir, config.remote)
     data_dir = repo_dir / config.data_dir
-    manifest = write_snapshot(validated, config, data_dir, repo_dir)
+    manifest = write_snapshot(validated, config, data_dir, repo_dir, accepted)
     version = versioning.track(repo_dir, config.data_dir)
     if push:
         versioning.push(repo_dir, config.data_dir)
@@ -215,6 +265,7 @@ def add_dataset(
         report_path=str(data_dir / REPORT),
         counts=manifest["counts"],
         validation=summarize(validated, data_dir / REPORT),
+        accepted_unjudged=None if accepted is None else accepted["reason"],
     )
     _append_history(repo_dir, result, manifest, config.data_dir, fingerprint)
     return result
@@ -270,6 +321,7 @@ def _tracked_version(fingerprint: str, config: DataConfig, repo_dir: str | Path)
         counts=read_manifest(data_dir)["counts"],
         validation=summarize_report(report, data_dir / REPORT),
         reused=True,
+        accepted_unjudged=_accepted_reason(data_dir),
     )
 
 
@@ -308,6 +360,8 @@ def _append_history(
         "input_fingerprint": fingerprint,
         "snapshot": _snapshot_signature(repo_dir / data_dir),
     }
+    if result.accepted_unjudged:
+        entry[ACCEPTED_UNJUDGED] = result.accepted_unjudged
     path = repo_dir / HISTORY
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:

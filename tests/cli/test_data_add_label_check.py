@@ -1,0 +1,123 @@
+"""`alignflow data add` and the label check (#47): correct near misses versioned, their flip
+refused with the pairs and the judge's scores, unjudged pairs stopped until accepted with a
+reason that the data version keeps."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from alignflow.cli import app
+from alignflow.data.snapshot import read_manifest
+from alignflow.data.versioning import current_version
+
+runner = CliRunner()
+
+
+def tier_scorer(prompts, completions):
+    """A stand-in for the demo's champion reward model: format first, then the right sloppy answer."""
+    scores = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        said = [int(x) for x in re.findall(r"-?\d+", completion)]
+        right = sum(int(x) for x in re.findall(r"\d+", prompt))
+        formatted = "The answer is" in completion
+        scores.append(3.0 + 0.01 * said[0] if formatted else float(said[:1] == [right]))
+    return scores
+
+
+@pytest.fixture
+def champion(monkeypatch):
+    """A champion reward model for ``data add`` to ask, without training one."""
+    import alignflow.cli.data as cli_data
+    import alignflow.models.reward_scorer as reward_scorer
+    import flows.retrain as retrain
+
+    monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
+    monkeypatch.setattr(
+        retrain, "label_judge", lambda config, out: {"model_dir": "champion", "accuracy": 0.94}
+    )
+    monkeypatch.setattr(reward_scorer, "load_reward_scorer", lambda *a, **k: tier_scorer)
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def near_misses():
+    return [
+        {
+            "prompt": f"What is {a} plus 2?",
+            "chosen": f"The answer is {a + 2}.",
+            "rejected": f"The answer is {a + 3}.",
+        }
+        for a in range(12)
+    ]
+
+
+def _add(repo, path, *extra):
+    sets = ["--set", f"tracking.uri=sqlite:///{repo.parent / 'unused.db'}"]
+    return runner.invoke(app, ["data", "add", str(path), "--repo", str(repo), "--no-push", *sets, *extra])
+
+
+def test_correct_near_miss_pairs_are_versioned_and_their_flip_is_refused(champion, tmp_path):
+    repo = tmp_path / "repo"
+    correct = _write(tmp_path / "near-misses.jsonl", near_misses())
+    flipped = _write(
+        tmp_path / "flipped.jsonl",
+        [{**r, "chosen": r["rejected"], "rejected": r["chosen"]} for r in near_misses()],
+    )
+    refused = _add(repo, flipped)
+    assert refused.exit_code == 1, refused.output
+    out = refused.output
+    assert "not versioned: label_disagreement: the verifiable answers" in out and "[red]" not in out
+    assert current_version(repo, "data") is None, "nothing versioned"
+    # a few of the disagreeing pairs: file and row, both sides with the judge's scores, the answer
+    shown = [line for line in out.splitlines() if line.startswith(f"  {flipped}:")]
+    assert len(shown) == 3, out
+    assert (
+        "[chosen, rejected]: prompt 'What is 0 plus 2?': chosen 'The answer is 3.' (says 3, reward 3.030)"
+        in out
+    )
+    assert "over rejected 'The answer is 2.' (says 2, reward 3.020); the answer is 2 (arithmetic)" in out
+    report = json.loads((repo / ".alignflow" / "reports" / "label-check.json").read_text())
+    assert report["judge_audit"]["counts"] is False, "the judge fails its audit against the answers"
+    added = _add(repo, correct)
+    assert added.exit_code == 0, added.output
+    assert current_version(repo, "data") is not None and "data version:" in added.output
+
+
+def test_unjudged_pairs_stop_until_accepted_with_a_reason_the_version_keeps(champion, tmp_path):
+    repo = tmp_path / "repo"
+    chat = _write(
+        tmp_path / "chat.jsonl",
+        [
+            {"prompt": f"Name colour number {i}.", "chosen": f"Colour {i} is blue.", "rejected": "A banana."}
+            for i in range(20)
+        ],
+    )
+    stopped = _add(repo, chat)
+    assert stopped.exit_code == 1, stopped.output
+    out = stopped.output
+    assert "not versioned: cannot_judge: 20 of 20 new pairs cannot be judged" in out
+    assert "metadata.answer" in out and '--accept-unjudged "' in out
+    assert f"  {chat}:1 [chosen, rejected]: prompt 'Name colour number 0.'" in out, out
+    assert current_version(repo, "data") is None
+    assert _add(repo, chat, "--accept-unjudged", "  ").exit_code == 2, "a reason is needed"
+    reason = "hand-checked by the annotation team, batch 7"
+    accepted = _add(repo, chat, "--accept-unjudged", reason)
+    assert accepted.exit_code == 0, accepted.output
+    assert f"accepted unjudged: {reason}" in accepted.output
+    manifest = read_manifest(repo / "data")
+    assert manifest["accepted_unjudged"]["reason"] == reason
+    assert manifest["accepted_unjudged"]["unjudged"].startswith("20 of 20 new pairs cannot be judged")
+    version = current_version(repo, "data")
+    shown = runner.invoke(app, ["data", "show", "--repo", str(repo)])
+    assert f"accepted unjudged: {reason}" in shown.output
+    # the version records the reason: adding (or running on) the same input again passes on it
+    again = _add(repo, chat)
+    assert again.exit_code == 0, again.output
+    assert current_version(repo, "data") == version
