@@ -145,6 +145,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"{path}: no such config file; pass an existing YAML (configs/ holds the shipped ones), "
+            "or leave --config out for the built-in demo"
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
     try:

@@ -103,7 +103,14 @@ def serve(
     if token_file is not None:
         try:
             tokens += read_token_file(token_file)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise fail(
+                f"--token-file {token_file}: {why}; "
+                "write one token per line there (or set ALIGNFLOW_API_TOKEN)",
+                error=exc,
+            ) from None
+        except ValueError as exc:
             raise fail(f"--token-file {token_file}: {exc}", error=exc) from None
     if tokens:
         values["tokens"] = tokens

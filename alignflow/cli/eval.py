@@ -224,7 +224,9 @@ def reward(
     config_path: Path = typer.Option(
         None, "--config", help="pipeline config YAML (data section) [default: the built-in demo config]"
     ),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, metavar="N", help="pairs scored per forward pass"),
+    batch_size: int = typer.Option(
+        32, "--batch-size", min=1, metavar="N", help="pairs scored per forward pass"
+    ),
 ) -> None:
     """Score every valid pair of a file with a reward model.
 

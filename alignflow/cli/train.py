@@ -28,6 +28,18 @@ class StageGroup(TyperGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(stages())
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown stage is one error line naming the closest stage, not click's usage box."""
+        if args and not args[0].startswith("-") and args[0] not in stages():
+            import difflib
+
+            from alignflow.cli.errors import fail
+
+            close = difflib.get_close_matches(args[0], list(stages()), n=1)
+            fix = f"did you mean {close[0]}? " if close else ""
+            raise fail(f"train {args[0]}: no such stage; {fix}stages: {', '.join(stages())}")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in stages():
             return None
@@ -92,6 +104,14 @@ def _run(
     cfg = load_config_or_exit(config, overrides)
     output_dir = output or Path(cfg.output_dir) / stage
     data_dir = data or Path(cfg.data.data_dir)
+    if not data_dir.exists():
+        from alignflow.cli.errors import fail
+
+        source = f"--data {data_dir}" if data else f"data.data_dir ({data_dir})"
+        raise fail(
+            f"{source}: no such file or folder; pass --data with a data file or a snapshot folder "
+            "(`alignflow data add FILE` writes one to data/)"
+        )
     if data_dir.is_file():
         data_dir = snapshot_file(data_dir, cfg.data, output_dir / SNAPSHOT_DIR)
     run = stage_spec(stage).load_runner()
