@@ -185,9 +185,10 @@ def rollback(
     _require_model(uri, name)
     try:
         old, new = promotion.rollback(uri, name)
-    except LookupError as exc:
-        Console().print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from exc
+    except LookupError as exc:  # nothing to roll back to: said as every other error is
+        from alignflow.cli.errors import fail
+
+        raise fail(str(exc), 1, exc) from None
     Console().print(f"{name}: champion {old} -> {new}")
 
 

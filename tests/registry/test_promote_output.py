@@ -92,3 +92,10 @@ def test_the_run_summary_names_every_judge_that_counted_as_the_version_page_does
     printed = capsys.readouterr().out
     assert f"judges that counted: {judges_line(decision, 100)}" in printed
     assert "independent_judge: 2" in printed  # both judges the gate counted are named
+
+
+def test_a_rollback_with_nothing_to_go_back_to_is_one_error_line(champion_version):
+    uri, version = champion_version
+    result = CliRunner().invoke(app, ["rollback", "--tracking-uri", uri, "--set", "project=cli"])
+    assert result.exit_code == 1
+    assert result.output == f"error: {NAME}: champion version {version} has no previous champion\n"
