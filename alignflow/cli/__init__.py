@@ -15,11 +15,12 @@ import typer
 def _flags_take_no_value() -> None:
     """Help shows a flag (``--force``, ``--help``) bare: Typer 0.29 labels every option with
     its type, so a flag read as taking a value (``--force <bool>``)."""
+    from typer import _click
     from typer.core import TyperOption
 
     shown = TyperOption.display_type_rich
 
-    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+    def display_type_rich(self: TyperOption, ctx: _click.Context) -> str | None:
         return None if self.is_bool_flag else shown(self, ctx)
 
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
