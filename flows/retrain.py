@@ -32,7 +32,7 @@ from alignflow.errors import DataCheckStop
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.pipeline_record import run_name
-from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
+from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 from alignflow.training.chain import ChainStep, model_dir, run_chain, steps_for
 from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
@@ -252,6 +252,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
             parent_run_id=stages.parent,
             trained_by=trained_by,
             cache_hits=sorted(role for role, result in trained.items() if result.get("cached")),
+            data_tags=accepted_tags(stages.data),
         ),
     )
     versions = registered["versions"]
@@ -269,6 +270,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
             parent_run_id=stages.parent,
             tags=golden_tags(golden),
             slices=evaluation.get("slices"),
+            discredited_judges=stages.data.get("discredited_judges") or [],
         ),
     )
     summary.promotions = promoted["decisions"]
@@ -280,6 +282,12 @@ def link_reused_versions(uri: str, parent_run_id: str, versions: dict[str, dict[
     for role, info in versions.items():
         if info.get("reused"):
             link_reused_version(uri, parent_run_id, role, info["version"], info["produced_by_run"])
+
+
+def accepted_tags(data: Mapping[str, Any]) -> dict[str, str]:
+    """The reason a data version's unjudged pairs were accepted, for every model trained on it."""
+    reason = data.get("accepted_unjudged")
+    return {ACCEPTED_UNJUDGED_TAG: str(reason)[:5000]} if reason else {}
 
 
 def golden_tags(golden: dict[str, Any]) -> dict[str, str]:
@@ -336,7 +344,7 @@ def _run_pipeline(
     summary.golden = pin_golden(stages.config_json, data["data_dir"], repo_dir)
     mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
     summary.data_version = data["version"]
-    mlflow.set_tag(DATA_VERSION_TAG, data["version"])
+    mlflow.set_tags({DATA_VERSION_TAG: data["version"], **accepted_tags(data)})
     record_data_version(config, stages.parent, data["version"], data["data_dir"])
     name = run_name(config.project, config.policy.algorithm, data["version"])
     label_flow_run(name, [data_tag(data["version"])])  # as the MLflow parent run is named

@@ -29,9 +29,13 @@ def register_models(
     parent_run_id: str | None = None,
     trained_by: dict[str, str] | None = None,
     cache_hits: list[str] | None = None,
+    data_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Log each model (policy: transformers flavour, reward: alignflow's reward pyfunc) and
     register it; new versions become ``challenger``.
+
+    ``data_tags``: what the data version says of itself that every model trained on it must
+    show (the reason its unjudged pairs were accepted: a tag and the version's description).
 
     ``trained_by`` names each role's training stage run. A role in ``cache_hits`` (its
     training stage was a cache hit) whose stage output is already registered is reused:
@@ -44,7 +48,7 @@ def register_models(
         from alignflow.registry.models import registered_name
         from alignflow.registry.runs import lineage_tags
 
-        tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash)}
+        tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash), **(data_tags or {})}
         versions = {}
         for role, model_dir in model_dirs.items():
             name = registered_name(config.project, role)
@@ -78,11 +82,21 @@ def register_version(
     """Log and register a new version, tagged with the stage output it came from."""
     from alignflow.registry.lineage import stage_output_tags
     from alignflow.registry.models import log_model
+    from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG
 
     version_tags = {**tags, **stage_output_tags(model_dir, stage_run)}
     logged = log_model(model_dir, uri, registered_model_name=name, name=role, tags=version_tags)
     if logged is None:
         raise RuntimeError(f"{model_dir}: logging it as {name} registered no version")
+    accepted = tags.get(ACCEPTED_UNJUDGED_TAG)
+    if accepted:
+        from mlflow import MlflowClient
+
+        MlflowClient(uri).update_model_version(
+            name,
+            logged.version,
+            description=f"Trained on data with pairs no judge could judge, accepted: {accepted}",
+        )
     return {"name": name, "version": logged.version, "model_uri": logged.model_uri}
 
 
@@ -97,6 +111,7 @@ def promote_models(
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
     slices: dict[str, list[dict[str, Any]]] | None = None,
+    discredited_judges: list[str] | None = None,
 ) -> dict[str, Any]:
     """Move ``champion`` for each role only when every configured gate passes.
 
@@ -106,6 +121,8 @@ def promote_models(
     ``promotion.release: together`` the reward model is then promoted only with its policy.
     ``slices``: the evaluation's worst slices per role (``policy_slices``, ``reward_slices``),
     named in the slice gate's verdict. Each decision's gate table is logged to the promote run.
+    ``discredited_judges``: judges that failed an audit earlier in this run (the label check's,
+    against the new data's verifiable answers): they count nowhere in it.
     """
     config = pipeline_config(config_json)
     uri = config.tracking.resolved_uri()
@@ -129,6 +146,7 @@ def promote_models(
                 decisions["policy"] = reused_decision(uri, policy)
             else:
                 audits = audit_judges(metrics, reward_trusted, config.promotion)
+                audits = {j: discredit(a, discredited_judges) for j, a in audits.items()}
                 judges = [j for j, audit in audits.items() if audit.counts]
                 decision = promote(
                     uri, policy["name"], policy["version"], metrics, config.promotion, "policy", judges,
@@ -149,6 +167,16 @@ def promote_models(
         }
 
     return run_in_stage("promote", config, parent_run_id, call)
+
+
+def discredit(audit: Any, discredited: list[str] | None) -> Any:
+    """A judge's audit, failed where the judge failed the label check's audit in this run."""
+    from dataclasses import replace
+
+    if audit.judge not in (discredited or ()):
+        return audit
+    why = "not counted: failed the label check's audit against the new data's verifiable answers"
+    return replace(audit, counts=False, reason=f"{why} (and on the pinned set: {audit.reason})")
 
 
 def passes_own_gates(

@@ -34,6 +34,8 @@ class JudgedOn:
     pipeline_run_id: str | None = None
     experiment_id: str | None = None
     answers: int = 0  # pinned prompts with a verifiable answer
+    # why the data version holds pairs no judge could judge (``data add --accept-unjudged``)
+    accepted_unjudged: str | None = None
 
 
 def _number(value: float | None, digits: str = ".4g") -> str:
@@ -116,6 +118,11 @@ def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str
         *(f"- `{r.name}`: {r.detail}" for r in decision.results if r.detail),  # the slice that broke
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
         f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
+        *(
+            [f"- Trained on pairs no judge could judge, accepted: {judged_on.accepted_unjudged}"]
+            if judged_on.accepted_unjudged
+            else []
+        ),
         f"- Pinned evaluation set: `{judged_on.golden_version or 'unknown'}`",
         f"- Pipeline run: {_run_link(judged_on.pipeline_run_id, judged_on.experiment_id)}",
     ]

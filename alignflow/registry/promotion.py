@@ -639,7 +639,7 @@ def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, 
     """What a version was judged on, from its tags (data and pinned-set versions) and the
     pipeline run that registered it."""
     from alignflow.registry.lineage import producing_pipeline_run
-    from alignflow.registry.runs import DATA_VERSION_TAG, GOLDEN_VERSION_TAG
+    from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 
     client = MlflowClient(tracking_uri)
     registered = client.get_model_version(name, version)
@@ -650,6 +650,7 @@ def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, 
         pipeline_run_id=pipeline,
         experiment_id=client.get_run(pipeline).info.experiment_id if pipeline else None,
         answers=int(_number(metrics, ANSWERS) or 0),
+        accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
     )
 
 

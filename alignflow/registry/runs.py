@@ -23,6 +23,9 @@ from mlflow.exceptions import MlflowException
 from alignflow.registry.tracking import sanitize_name
 
 DATA_VERSION_TAG = "data.version"
+# why a data version holds pairs no judge could judge (`data add --accept-unjudged`), on every
+# run and model version trained on it
+ACCEPTED_UNJUDGED_TAG = "data.accepted_unjudged"
 GIT_COMMIT_TAG = "git.commit"
 CONFIG_HASH_TAG = "config.hash"
 GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or version was judged on
