@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,8 @@ class Challenger:
     failed_gates: list[str]
     gates: list[str]  # every gate: value, 95% interval, n, the bound that decides
     accuracy: float | None = None  # pinned set: task accuracy (policy) or pair accuracy (reward)
+    # per decided gate: how far its deciding bound cleared the threshold (negative: it failed)
+    margins: dict[str, float] = field(default_factory=dict)
 
     @property
     def as_expected(self) -> bool:
@@ -97,7 +99,19 @@ def _outcome(uri: str, label: str, role: str, expected: str, name: str, version:
         failed_gates=sorted(json.loads(tags.get(FAILED_GATES_TAG, "{}"))),
         gates=[f"{g['outcome']}: {GateResult(**g).describe()}" for g in gates],
         accuracy=metrics.get("golden/task_accuracy" if role == "policy" else "golden/reward_accuracy"),
+        margins=gate_margins([GateResult(**g) for g in gates]),
     )
+
+
+def gate_margins(gates: list[Any]) -> dict[str, float]:
+    """How far each decided gate's bound lies on the passing side of its threshold."""
+    margins = {}
+    for gate in gates:
+        if gate.decisive is None or gate.outcome not in ("passed", "failed"):
+            continue
+        above = gate.decisive - gate.threshold
+        margins[gate.name] = round(above if gate.op in (">=", ">") else -above, 4)
+    return margins
 
 
 def _retrain(workspace: Path, *overrides: str, force: bool = False) -> dict[str, Any]:
