@@ -107,9 +107,10 @@ def to_markdown(rows: list[tuple[int, Challenger]]) -> str:
 
 
 def run() -> dict:
-    from flows.environment import local_flow_settings
+    from flows.environment import apply_defaults, local_flow_settings
 
     root = Path(tempfile.mkdtemp(prefix="alignflow-fresh-draws-"))
+    apply_defaults(root)  # the CLI's Prefect settings: its API's start-up allowance on a loaded machine
     try:
         with local_flow_settings():
             rows = run_draws(root)
