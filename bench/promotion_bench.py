@@ -292,9 +292,10 @@ def to_markdown(rows: list[Challenger]) -> str:
 
 
 def run() -> dict:
-    from flows.environment import local_flow_settings
+    from flows.environment import apply_defaults, local_flow_settings
 
     workspace = Path(tempfile.mkdtemp(prefix="alignflow-redteam-"))
+    apply_defaults(workspace)  # the CLI's Prefect settings, as the fresh-draws bench
     try:
         with local_flow_settings():
             rows = run_suite(workspace)
