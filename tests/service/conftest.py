@@ -98,3 +98,17 @@ def make_client(make_settings) -> Iterator[Callable[..., TestClient]]:
 @pytest.fixture
 def client(make_client) -> TestClient:
     return make_client()
+
+
+@pytest.fixture
+def served(monkeypatch, tmp_path: Path) -> dict:
+    """Run ``alignflow api`` up to uvicorn in a scratch folder and keep the app it would serve;
+    the service's own environment variables are cleared so that only the test's settings count."""
+    import uvicorn
+
+    captured: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda application, **kw: captured.update(app=application, **kw))
+    monkeypatch.chdir(tmp_path)
+    for name in ("ALIGNFLOW_API_TOKEN", "ALIGNFLOW_API_TOKENS", "ALIGNFLOW_API_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return captured

@@ -12,17 +12,6 @@ from alignflow.cli import app
 TOKEN = "cli-token-0123456789abcdef"
 
 
-@pytest.fixture
-def served(monkeypatch, tmp_path: Path) -> dict:
-    """Run the command up to uvicorn and keep the app it would serve."""
-    import uvicorn
-
-    captured: dict = {}
-    monkeypatch.setattr(uvicorn, "run", lambda application, **kw: captured.update(app=application, **kw))
-    monkeypatch.chdir(tmp_path)
-    return captured
-
-
 def test_config_and_overrides_reach_the_training_jobs(served, tmp_path: Path):
     config = tmp_path / "jobs.yaml"
     config.write_text("model:\n  name: tiny\n  hidden_size: 32\nppo:\n  max_new_tokens: 7\n")

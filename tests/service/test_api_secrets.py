@@ -17,19 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = "env-token-0123456789abcdef"
 
 
-@pytest.fixture
-def served(monkeypatch, tmp_path: Path) -> dict:
-    """Run the command up to uvicorn and keep the app it would serve."""
-    import uvicorn
-
-    captured: dict = {}
-    monkeypatch.setattr(uvicorn, "run", lambda application, **kw: captured.update(app=application, **kw))
-    monkeypatch.chdir(tmp_path)
-    for name in ("ALIGNFLOW_API_TOKEN", "ALIGNFLOW_API_TOKENS", "ALIGNFLOW_API_DATABASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    return captured
-
-
 def _tokens(served: dict) -> list[str]:
     return [t.token.get_secret_value() for t in served["app"].state.settings.tokens]
 
