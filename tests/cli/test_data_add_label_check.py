@@ -5,7 +5,6 @@ reason that the data version keeps."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from typer.testing import CliRunner
@@ -13,49 +12,19 @@ from typer.testing import CliRunner
 from alignflow.cli import app
 from alignflow.data.snapshot import read_manifest
 from alignflow.data.versioning import current_version
+from tests.evaluation.label_check_cases import near_misses, stand_in_champion
 
 runner = CliRunner()
 
 
-def tier_scorer(prompts, completions):
-    """A stand-in for the demo's champion reward model: format first, then the right sloppy answer."""
-    scores = []
-    for prompt, completion in zip(prompts, completions, strict=True):
-        said = [int(x) for x in re.findall(r"-?\d+", completion)]
-        right = sum(int(x) for x in re.findall(r"\d+", prompt))
-        formatted = "The answer is" in completion
-        scores.append(3.0 + 0.01 * said[0] if formatted else float(said[:1] == [right]))
-    return scores
-
-
 @pytest.fixture
 def champion(monkeypatch):
-    """A champion reward model for ``data add`` to ask, without training one."""
-    import alignflow.cli.data as cli_data
-    import alignflow.models.reward_scorer as reward_scorer
-    import flows.retrain as retrain
-
-    monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
-    monkeypatch.setattr(
-        retrain, "label_judge", lambda config, out: {"model_dir": "champion", "accuracy": 0.94}
-    )
-    monkeypatch.setattr(reward_scorer, "load_reward_scorer", lambda *a, **k: tier_scorer)
+    stand_in_champion(monkeypatch)
 
 
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
-
-
-def near_misses():
-    return [
-        {
-            "prompt": f"What is {a} plus 2?",
-            "chosen": f"The answer is {a + 2}.",
-            "rejected": f"The answer is {a + 3}.",
-        }
-        for a in range(12)
-    ]
 
 
 def _add(repo, path, *extra):

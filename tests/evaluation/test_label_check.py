@@ -25,6 +25,7 @@ from alignflow.evaluation.label_check import (
     pair_kind,
     templates_of,
 )
+from tests.evaluation.label_check_cases import near_misses, tier_scorer
 
 CHAMPION_ACCURACY, MAX_GAP = 0.95, 0.1  # at least 0.85 agreement expected
 
@@ -299,32 +300,6 @@ def test_the_verifiable_answers_catch_the_backdoor_without_any_model(tmp_path):
 # ---------------------------------------------------------------- a judge it cannot trust (#47)
 # The demo's reward model was trained and audited on tier pairs (formatted vs sloppy, sloppy vs
 # a far-off number): it reads the format, not the arithmetic. This stand-in does the same.
-
-
-def tier_scorer(prompts, completions):
-    """Formatted answers first whatever their number (larger a little higher), then a right
-    sloppy one, then a wrong one: right on every tier pair, wrong on most same-format near misses."""
-    scores = []
-    for prompt, completion in zip(prompts, completions, strict=True):
-        said = [int(x) for x in re.findall(r"-?\d+", completion)]
-        right = sum(int(x) for x in re.findall(r"\d+", prompt))
-        if "The answer is" in completion:
-            scores.append(3.0 + 0.01 * said[0])
-        else:
-            scores.append(1.0 if said[:1] == [right] else 0.0)
-    return scores
-
-
-def near_misses():
-    """The issue's 12 correct pairs: best format on both sides, the rejected one off by one."""
-    return [
-        {
-            "prompt": f"What is {a} plus 2?",
-            "chosen": f"The answer is {a + 2}.",
-            "rejected": f"The answer is {a + 3}.",
-        }
-        for a in range(12)
-    ]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ trained on it shows the reason (#47)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from alignflow.cli import app
 from alignflow.data.demo import write_demo_dataset
 from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG
 from flows.retrain import STOP_REASON_TAG, retrain
+from tests.evaluation.label_check_cases import stand_in_champion
 from tests.flows.conftest import TINY_FLOW
 
 pytestmark = pytest.mark.slow
@@ -24,29 +24,9 @@ TINY = [*TINY_FLOW, f"project={PROJECT}", "dpo.max_steps=4"]
 REASON = "chat pairs hand-checked by two annotators (ticket 123)"
 
 
-def tier_scorer(prompts, completions):
-    """A stand-in champion reward model that knows the demo's tiers, nothing else."""
-    scores = []
-    for prompt, completion in zip(prompts, completions, strict=True):
-        said = [int(x) for x in re.findall(r"-?\d+", completion)]
-        right = sum(int(x) for x in re.findall(r"\d+", prompt))
-        formatted = "The answer is" in completion
-        scores.append(3.0 + 0.01 * said[0] if formatted else float(said[:1] == [right]))
-    return scores
-
-
 @pytest.fixture
 def champion(monkeypatch):
-    """A champion reward model for the label check, without training one first."""
-    import alignflow.cli.data as cli_data
-    import alignflow.models.reward_scorer as reward_scorer
-    import flows.retrain as retrain_module
-
-    monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
-    monkeypatch.setattr(
-        retrain_module, "label_judge", lambda config, out: {"model_dir": "c", "accuracy": 0.94}
-    )
-    monkeypatch.setattr(reward_scorer, "load_reward_scorer", lambda *a, **k: tier_scorer)
+    stand_in_champion(monkeypatch)
 
 
 @pytest.fixture
