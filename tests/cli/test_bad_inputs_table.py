@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alignflow.cli import app
+from alignflow.cli.errors import DEBUG_ENV
 
 GOOD = {"prompt": "What is 1 plus 1?", "chosen": "The answer is 2.", "rejected": "The answer is 3."}
 CUT = '{"prompt": "What is 2 plus 2?", "chosen": "The answer is 4.", "rejected": '
@@ -137,7 +138,10 @@ def test_a_bad_input_is_answered_by_one_line_naming_its_source_and_the_fix(works
     assert bad.source in answers[0] and bad.fix in answers[0], answers[0]
 
 
-def test_debug_adds_the_traceback(workspace):
+def test_debug_adds_the_traceback(workspace, monkeypatch):
+    # --debug sets ALIGNFLOW_DEBUG for the rest of the process: undone after this test, or every
+    # later in-process command of this worker would print tracebacks
+    monkeypatch.setenv(DEBUG_ENV, "0")
     result = CliRunner().invoke(app, ["--debug", "run", "--set", "dpo.betaa=0.2"])
     assert result.exit_code == 2
     assert "Traceback" in result.output and "extra_forbidden" in result.output
