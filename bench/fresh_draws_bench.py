@@ -16,6 +16,7 @@ Writes ``bench/results/fresh_draws.md``; every figure is read back from the regi
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -109,13 +110,16 @@ def to_markdown(rows: list[tuple[int, Challenger]]) -> str:
 def run() -> dict:
     from flows.environment import apply_defaults, local_flow_settings
 
-    root = Path(tempfile.mkdtemp(prefix="alignflow-fresh-draws-"))
+    kept = os.environ.get("ALIGNFLOW_BENCH_KEEP")  # a folder to keep the workspaces in, to study them
+    root = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="alignflow-fresh-draws-"))
+    root.mkdir(parents=True, exist_ok=True)
     apply_defaults(root)  # the CLI's Prefect settings: its API's start-up allowance on a loaded machine
     try:
         with local_flow_settings():
             rows = run_draws(root)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(root, ignore_errors=True)
     (Path(__file__).parent / "results" / "fresh_draws.md").write_text(to_markdown(rows), encoding="utf-8")
     smallest = smallest_margins(rows)
     return {
