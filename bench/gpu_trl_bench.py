@@ -50,7 +50,10 @@ took 318 s. ``python -m bench.gpu_trl_bench --markdown FILE.json`` writes
 ``ALIGNFLOW_GPU_BENCH_``): ``REPEATS`` (3), ``PAIRS`` (64), ``LENGTH`` (512),
 ``DPO_STEPS`` (timed steps, 5), ``COMPLETIONS`` (64), ``COMPLETION_LENGTH`` (128),
 ``GRPO_STEPS`` (2), ``CASES`` (comma-separated), ``WARMUP`` (1: the untimed warm-up runs),
-``MODEL_FILES`` (config + tokenizer folder), ``TINY=1`` (a 2-layer model and tiny sizes:
+``MODEL_FILES`` (config + tokenizer folder), ``GRPO_CACHE`` (alignflow's side only:
+``grpo.cache_implementation``, e.g. ``static``; unset: TRL's default dynamic cache),
+``GRPO_COMPILE=1`` (alignflow's side only: ``grpo.compile_generation``, with ``GRPO_CACHE=static``;
+TRL's side always runs as a user's script does by default), ``TINY=1`` (a 2-layer model and tiny sizes:
 a CPU check that the bench runs), ``ALLOW_CPU=1`` (run without CUDA).
 """
 
@@ -90,6 +93,9 @@ MODEL_FILES = Path(os.environ.get("ALIGNFLOW_GPU_BENCH_MODEL_FILES", REPO / ".gp
 SIDES = ("alignflow", "trl")
 ALL_CASES = ("dpo-full", "dpo-lora", "grpo-full")
 CASES = tuple(c for c in os.environ.get("ALIGNFLOW_GPU_BENCH_CASES", ",".join(ALL_CASES)).split(",") if c)
+# alignflow's side only (TRL's runs as a user's script does by default: dynamic cache, no compile)
+GRPO_CACHE = os.environ.get("ALIGNFLOW_GPU_BENCH_GRPO_CACHE") or None  # grpo.cache_implementation
+GRPO_COMPILE = os.environ.get("ALIGNFLOW_GPU_BENCH_GRPO_COMPILE") == "1"  # grpo.compile_generation
 GEMM_SIZE = 8192
 RUNNERS = {
     ("dpo", "alignflow"): "run_alignflow_dpo",
@@ -325,6 +331,10 @@ def configure(case: str, model_dir: Path, timed_steps: int | None = None) -> dic
         config = _ORIGINAL["_alignflow_config"](stage_name, config_file, seed)
         config.model.name = str(model_dir)  # the pipeline's start model (no SFT stage before)
         config.model.lora.enabled = lora
+        if stage_name == "grpo":
+            config.grpo.cache_implementation = GRPO_CACHE
+            config.grpo.compile_generation = GRPO_COMPILE
+            type(config.grpo).model_validate(config.grpo.model_dump())  # the stage config's own checks
         return config
 
     def trl_lora():
@@ -411,6 +421,13 @@ def _user_default_torch_state() -> None:
     torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
 
 
+def _compiled_graphs() -> int:
+    """How many graphs torch.compile has made in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def run_one(
     case: str, side: str, root: Path, model_dir: Path, out: Path, seed: int, timed_steps: int | None = None
 ) -> dict[str, Any]:
@@ -423,10 +440,12 @@ def run_one(
     if side == "trl":
         _user_default_torch_state()
     runner = getattr(rmt, RUNNERS[(spec["stage"], side)])
+    graphs = _compiled_graphs()
     started = time.perf_counter()
     runner(root, out, seed)
     _sync()
     call_s = time.perf_counter() - started
+    graphs = _compiled_graphs() - graphs
     marks, record = tools["marks"][-1], tools["records"][-1]
     (t_begin, _, _), (t_first, step_first, tokens_first), (t_last, step_last, tokens_last) = (
         marks[0],
@@ -456,6 +475,7 @@ def run_one(
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if torch.cuda.is_available() else None,
         "allocated_before_gib": leftover,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "compiled_graphs": graphs,  # torch.compile graphs new in this run (generate's decoding step)
     }
     if spec["stage"] == "grpo":
         result["mean_reward"] = statistics.fmean(record["rewards"]) if record["rewards"] else None
@@ -514,6 +534,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     started = time.perf_counter()
     env = environment()
     print("environment:", json.dumps(env), flush=True)
+    print(f"alignflow GRPO: cache_implementation={GRPO_CACHE} compile_generation={GRPO_COMPILE}", flush=True)
     peak = gemm_peak_tflops() if torch.cuda.is_available() else None
     print("bf16 GEMM TFLOP/s:", peak, flush=True)
     runs: list[dict[str, Any]] = []
@@ -556,6 +577,8 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
             "warmup_steps_per_run": WARMUP_STEPS,
             "warmup_runs": [w["case"] for w in warmups],
             "lora": rmt.LORA,
+            "alignflow_grpo_cache_implementation": GRPO_CACHE,
+            "alignflow_grpo_compile_generation": GRPO_COMPILE,
         },
         "inputs": inputs,
         "repeats": repeats,
@@ -603,6 +626,10 @@ def markdown(r: dict[str, Any]) -> str:
         f"{sizes['grpo_completions_per_step']} completions/step ({sizes['grpo_generations_per_prompt']} per "
         f"prompt) × {sizes['grpo_completion_tokens']} tokens, {sizes['grpo_timed_steps']} timed steps. "
         f"LoRA: r {sizes['lora']['r']}, alpha {sizes['lora']['lora_alpha']}, every linear layer.",
+        f"GRPO generation: alignflow's side cache_implementation "
+        f"{sizes.get('alignflow_grpo_cache_implementation') or 'TRL default (dynamic)'}, compile_generation "
+        f"{bool(sizes.get('alignflow_grpo_compile_generation'))}; TRL's side its defaults (dynamic cache, "
+        "TRL's disable_compile=True).",
         f"Repeats: {r['repeats']} per side and case, in one process, order ABBA (the side that goes first "
         "alternates over repeats, offset per case): " + ", ".join(r["order"]) + ".",
         f"Warm-up: every run's first optimizer step is excluded from its rate; before the timed runs, one "

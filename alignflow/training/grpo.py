@@ -173,6 +173,37 @@ def cut_train_prompts(trainer: Any, tokenizer: Any, stage: Any) -> int:
     return changed
 
 
+def trl_grpo_args(
+    config: Any, stage: Any, output_dir: str | Path, seed: int, weights: list[float]
+) -> TRLGRPOConfig:
+    """TRL's GRPOConfig as the stage builds it from ``config`` (its ``grpo`` section ``stage``)."""
+    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
+    kwargs.update(
+        num_generations=stage.num_generations,
+        max_completion_length=stage.max_completion_length,
+        temperature=stage.temperature,
+        beta=stage.beta,
+        loss_type=stage.loss_type,
+        scale_rewards=stage.scale_rewards,
+        reward_weights=weights,
+        model_init_kwargs=trl_model_init_kwargs(config.model),
+        log_completions=False,
+        cache_implementation=stage.cache_implementation,
+    )
+    return TRLGRPOConfig(**filter_known_args(TRLGRPOConfig, kwargs))
+
+
+def allow_compiled_decoding(trainer: Any, stage: Any) -> bool:
+    """With ``grpo.compile_generation``, lift the ``disable_compile=True`` TRL puts in the
+    GenerationConfig it generates with: transformers' ``generate`` then compiles its decoding
+    step when the cache is static and the model on CUDA (it decides per call). Whether it did."""
+    generation_config = getattr(trainer, "generation_config", None)
+    if not stage.compile_generation or generation_config is None:  # vLLM: TRL builds none
+        return False
+    generation_config.disable_compile = False
+    return True
+
+
 def run_grpo(
     config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
@@ -192,32 +223,20 @@ def run_grpo(
             [dict(r, prompt=format_prompt(tokenizer, _decode_prompt(r["raw_prompt"]))) for r in items]
         )
 
-    init_kwargs = trl_model_init_kwargs(config.model)
-    kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
-    kwargs.update(
-        num_generations=stage.num_generations,
-        max_completion_length=stage.max_completion_length,
-        temperature=stage.temperature,
-        beta=stage.beta,
-        loss_type=stage.loss_type,
-        scale_rewards=stage.scale_rewards,
-        reward_weights=weights,
-        model_init_kwargs=init_kwargs,
-        log_completions=False,
-    )
     extra = {}
     if stage.environment:
         extra["environment_factory"] = load_attribute(stage.environment)
     trainer = AlignflowGRPOTrainer(
         model=start,
         reward_funcs=fns,
-        args=TRLGRPOConfig(**filter_known_args(TRLGRPOConfig, kwargs)),
+        args=trl_grpo_args(config, stage, output_dir, seed, weights),
         train_dataset=dataset(rows),
         processing_class=tokenizer,
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"grpo": stage.model_dump(), "model": config.model.model_dump()})],
         **extra,
     )
+    allow_compiled_decoding(trainer, stage)
     prompts_cut = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
 
     def held_out() -> dict[str, float]:  # the reward functions' mean on the eval prompts

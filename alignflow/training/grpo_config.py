@@ -46,6 +46,21 @@ class GRPOConfig(StageConfig):
         min_length=1,
     )
     environment: str | None = Field(None, description="'module:attribute' of a TRL environment factory")
+    cache_implementation: Literal["dynamic", "static"] | None = Field(
+        None,
+        description="the KV cache TRL's GRPOTrainer generates with (its cache_implementation): None or "
+        "'dynamic' is transformers' growing cache (today's behaviour, the default); 'static' allocates "
+        "prompt + max_completion_length positions once, which is what a compiled decoding step needs. "
+        "On its own it is no faster: TRL builds its GenerationConfig with disable_compile=True, so "
+        "generate compiles nothing (see compile_generation). Not used with vLLM",
+    )
+    compile_generation: bool = Field(
+        False,
+        description="let transformers' generate compile its decoding step (torch.compile, CUDA graphs) by "
+        "lifting the disable_compile=True TRL sets; needs cache_implementation='static' and acts on CUDA "
+        "only (generate compiles nothing on the CPU). Off by default: a one-off compile on the first "
+        "generation, weighed in bench/results/gpu_trl.md",
+    )
 
     @model_validator(mode="after")
     def _batch_fits_groups(self) -> GRPOConfig:
@@ -54,5 +69,10 @@ class GRPOConfig(StageConfig):
                 f"grpo.per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple "
                 "of "
                 f"grpo.num_generations ({self.num_generations})"
+            )
+        if self.compile_generation and self.cache_implementation != "static":
+            raise ValueError(
+                "grpo.compile_generation needs grpo.cache_implementation='static' "
+                f"(got {self.cache_implementation!r}): only a static cache lets generate compile"
             )
         return self

@@ -88,6 +88,30 @@ def test_activation_checkpointing_follows_the_stage_config(stage, tmp_path):
         assert getattr(args, "activation_checkpointing", wanted) is wanted
 
 
+def test_grpo_generation_cache_and_compile_reach_trl(tmp_path):
+    """grpo.cache_implementation lands in the GRPOConfig the stage hands TRL, and
+    grpo.compile_generation lifts the disable_compile=True TRL generates with."""
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from alignflow.training.grpo import allow_compiled_decoding, trl_grpo_args
+
+    default = load_config(None, [])
+    assert trl_grpo_args(default, default.grpo, tmp_path, 0, [1.0, 1.0]).cache_implementation is None
+    config = load_config(None, ["grpo.cache_implementation=static", "grpo.compile_generation=true"])
+    args = trl_grpo_args(config, config.grpo, tmp_path, 0, [1.0, 1.0])
+    assert args.cache_implementation == "static"
+    # what TRL's GRPOTrainer builds from these args (grpo_trainer.py: transformers' generate path)
+    built = GenerationConfig(cache_implementation=args.cache_implementation, disable_compile=True)
+    assert not allow_compiled_decoding(SimpleNamespace(generation_config=built), default.grpo)
+    assert built.disable_compile is True
+    assert allow_compiled_decoding(SimpleNamespace(generation_config=built), config.grpo)
+    assert built.disable_compile is False
+    with pytest.raises(ConfigError, match="compile_generation"):
+        load_config(None, ["grpo.compile_generation=true"])
+
+
 def test_held_out_figures_have_one_spelling_before_and_after_training():
     from alignflow.training.stage import as_before, held_out_metrics
 
