@@ -379,11 +379,29 @@ def _markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cpu_name() -> str:
+    """The CPU by name, family/model and the matrix units that decide its bf16 speed and rounding
+    (machines of one kind differ: an AMX Xeon, EPYCs with or without AVX-512 bf16)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    field = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(field.get("flags", "").split())
+    units = [name for name, flag in (("AMX", "amx_bf16"), ("AVX-512 bf16", "avx512_bf16")) if flag in flags]
+    units = units or (["AVX2, no AVX-512"] if "avx2" in flags else [])
+    return (
+        f"{field.get('model name', 'unknown CPU')} (family {field.get('cpu family', '?')} model "
+        f"{field.get('model', '?')}; {', '.join(units) or 'no bf16 matrix unit'})"
+    )
+
+
 def machine() -> str:
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {device}"
+    return f"{cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {device}"
 
 
 def run(repeats: int = REPEATS) -> dict[str, Any]:
