@@ -125,6 +125,11 @@ def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, pol
     return start_model(sft or policy, config)
 
 
+def rl_start(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
+    """The model the RL stage started from: its SFT model, else the model the chain began with."""
+    return sft["model_dir"] if sft is not None else start_model(policy, config)
+
+
 class Stages:
     """Runs stages in order, timing each and recording it in the summary."""
 
@@ -229,6 +234,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         EvaluateInputs,
         policy_dir=policy["model_dir"],
         reference_dir=reference,
+        rl_start_dir=rl_start(config, sft, policy),
         reward_dir=reward["model_dir"],
         champion_dir=champ_dir,
         champion_reward_dir=judge_dir,
