@@ -29,6 +29,7 @@ from prefect.deployments import run_deployment
 from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.errors import DataCheckStop
+from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.pipeline_record import run_name
@@ -241,6 +242,7 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         golden_path=golden.get("path"),
     )
     evaluation = stages.run("evaluate", eval_inputs)
+    summary.rl_stage = rl_gain_line(evaluation["metrics"])
 
     trained = {"reward": reward, "policy": policy}
     model_dirs = {role: result["model_dir"] for role, result in trained.items()}

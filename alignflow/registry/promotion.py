@@ -58,7 +58,7 @@ from alignflow.evaluation.metric_names import (
     judge_agreement_key,
     win_rate_key,
 )
-from alignflow.evaluation.rl_stage import rl_start_said
+from alignflow.evaluation.rl_stage import rl_gain_line, rl_start_said
 from alignflow.registry.decision_card import (
     MAX_DESCRIPTION,
     JudgedOn,
@@ -664,13 +664,15 @@ def promote(
                 FAILED_GATES_TAG: json.dumps(failed, sort_keys=True)[:MAX_TAG_VALUE],
             },
         )
-    describe_version(tracking_uri, decision, metrics)
+    describe_version(tracking_uri, decision, metrics, role)
     return decision
 
 
-def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> JudgedOn:
+def judged_on(
+    tracking_uri: str, name: str, version: str, metrics: Mapping[str, float], role: Role = "policy"
+) -> JudgedOn:
     """What a version was judged on, from its tags (data and pinned-set versions) and the
-    pipeline run that registered it."""
+    pipeline run that registered it; for a policy, what its RL stage added over its start."""
     from alignflow.registry.lineage import producing_pipeline_run
     from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 
@@ -684,12 +686,15 @@ def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, 
         experiment_id=client.get_run(pipeline).info.experiment_id if pipeline else None,
         answers=int(_number(metrics, ANSWERS) or 0),
         accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
+        rl_stage=rl_gain_line(metrics) if role == "policy" else None,
     )
 
 
-def describe_version(tracking_uri: str, decision: PromotionDecision, metrics: Mapping[str, float]) -> None:
+def describe_version(
+    tracking_uri: str, decision: PromotionDecision, metrics: Mapping[str, float], role: Role = "policy"
+) -> None:
     """Write the decision as the version's description: what its page in the UI shows first."""
-    context = judged_on(tracking_uri, decision.name, decision.version, metrics)
+    context = judged_on(tracking_uri, decision.name, decision.version, metrics, role)
     MlflowClient(tracking_uri).update_model_version(
         decision.name, decision.version, description=version_description(decision, context)
     )
