@@ -337,9 +337,9 @@ def gates_for(
     champion exists, not fall clearly below the champion's. Each trusted preference judge
     must find it not clearly worse than the champion (or, for the first champion, better
     than the reference). With ``min_rl_gain`` set it must also beat the model its RL stage
-    started from (:func:`_rl_gain_gates`). A reward model must rank the pinned pairs well and, once a
-    champion reward model exists, not clearly worse than it. Against a champion, both must
-    also pass the slice gate (``slices``: False when no slice was big enough to judge).
+    started from (:func:`_rl_gain_gates`). A reward model must rank the pinned pairs well
+    and, once a champion reward model exists, not clearly worse than it. Against a champion,
+    both must also pass the slice gate (``slices``: False when no slice was big enough to judge).
     """
     candidates: list[tuple[str, str, Op, float | None, Bound]]  # a None threshold: no gate
     if human:  # the people who used both versions decide: the live A/B verdict alone
