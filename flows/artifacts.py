@@ -127,6 +127,8 @@ def summary_markdown(summary: dict[str, Any], gates: list[dict[str, Any]]) -> st
             f"- pinned evaluation set: `{golden['version']}` ({golden['prompts']} prompts, "
             f"{golden['answers']} with answers, {golden['pairs']} pairs)"
         )
+    if summary.get("rl_stage"):
+        lines.append(f"- {_cell(summary['rl_stage'])}")
     lines.append(f"- config hash: `{summary.get('config_hash') or ''}`")
     parent, uri = summary.get("parent_run_id") or "", summary.get("tracking_uri") or ""
     lines.append(f"- MLflow parent run: `{parent}` on `{uri}`")

@@ -29,6 +29,7 @@ from prefect.deployments import run_deployment
 from alignflow import progress
 from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
 from alignflow.errors import DataCheckStop
+from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.registry import models as registry_models
 from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
 from alignflow.registry.pipeline_record import run_name
@@ -123,6 +124,11 @@ def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, pol
     if sft is not None and config.evaluation.reference == "sft":
         return sft["model_dir"]
     return start_model(sft or policy, config)
+
+
+def rl_start(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
+    """The model the RL stage started from: its SFT model, else the model the chain began with."""
+    return sft["model_dir"] if sft is not None else start_model(policy, config)
 
 
 class Stages:
@@ -229,12 +235,14 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         EvaluateInputs,
         policy_dir=policy["model_dir"],
         reference_dir=reference,
+        rl_start_dir=rl_start(config, sft, policy),
         reward_dir=reward["model_dir"],
         champion_dir=champ_dir,
         champion_reward_dir=judge_dir,
         golden_path=golden.get("path"),
     )
     evaluation = stages.run("evaluate", eval_inputs)
+    summary.rl_stage = rl_gain_line(evaluation["metrics"])
 
     trained = {"reward": reward, "policy": policy}
     model_dirs = {role: result["model_dir"] for role, result in trained.items()}

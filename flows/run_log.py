@@ -153,10 +153,13 @@ def stage_line(stage: str, cached: bool, seconds: float, metrics: dict[str, Any]
 
 
 def log_decisions(summary: RunSummary) -> None:
-    """Each promotion decision with its gates, then the run's outcome, on the run's log."""
+    """What the RL stage added, each promotion decision with its gates, then the run's outcome,
+    on the run's log."""
     from flows.artifacts import outcome_line
 
     data = summary.to_dict()
+    if summary.rl_stage:
+        logger.info("%s", summary.rl_stage)
     for decision in data.get("promotions", {}).values():
         logger.info("%s v%s: %s", decision["name"], decision["version"], _verdict(decision))
         for gate in decision.get("gates", []):

@@ -26,6 +26,7 @@ _HEADLINE = {
     "evaluate": (
         names.TASK_ACCURACY,
         names.REFERENCE_TASK_ACCURACY,
+        names.RL_GAIN,
         names.CHAMPION_TASK_ACCURACY,
         names.REWARD_ACCURACY,
         names.TASK_ACCURACY_EVAL,
@@ -101,6 +102,7 @@ class RunSummary:
     nothing_to_do: str | None = None
     stopped: dict[str, Any] | None = None  # {"reason", "message", "report"} when a check stopped the run
     golden: dict[str, Any] | None = None  # the pinned evaluation set: path, version (md5), counts
+    rl_stage: str | None = None  # what the RL stage added over the model it started from, in words
     wall_seconds: float = 0.0
 
     def add(self, outcome: StageOutcome) -> StageOutcome:

@@ -14,7 +14,7 @@ from tasks.stage_inputs import EvaluateInputs
 from tasks.stage_task import pipeline_config, run_in_stage
 
 COMPLETIONS_TABLE = "eval/completions.json"
-MODELS = ("policy", "reference", "champion")
+MODELS = ("policy", "reference", "rl_start", "champion")
 SLICE_INFO = ("policy_slices", "reward_slices")
 
 
@@ -81,6 +81,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
             golden_path=inputs.golden_path,
             champion_reward_dir=inputs.champion_reward_dir,
             dtype=inference_dtype(config.model),
+            rl_start_dir=inputs.rl_start_dir,
         )
         compared = inputs.champion_dir is not None
         report.info.update({"data_version": inputs.data_version, "champion_compared": compared})

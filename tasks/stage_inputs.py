@@ -32,6 +32,7 @@ class EvaluateInputs(StageInputs):
 
     policy_dir: str
     reference_dir: str
+    rl_start_dir: str | None = None  # the model the RL stage started from (reference_dir when the same)
     reward_dir: str
     champion_dir: str | None = None
     champion_reward_dir: str | None = None

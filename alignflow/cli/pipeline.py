@@ -45,6 +45,8 @@ def render_summary(summary: dict[str, Any]) -> None:
         console.print(f"[bold]Nothing to do:[/] {summary['nothing_to_do']}")
     if summary.get("stopped"):
         console.print(f"[bold red]Stopped before training:[/] {summary['stopped']['message']}")
+    if summary.get("rl_stage"):
+        console.print(escape(summary["rl_stage"]))
     for decision in summary.get("promotions", {}).values():
         verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
         if decision.get("reused"):  # a cache hit: its version was decided on by the run that made it

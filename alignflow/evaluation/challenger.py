@@ -20,6 +20,7 @@ from alignflow.data.answers import task_accuracy
 from alignflow.data.checks import as_text
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.intervals import (
+    BOUND_SUFFIXES,
     bootstrap_mean,
     disagreement,
     paired_bootstrap_difference,
@@ -32,6 +33,8 @@ from alignflow.evaluation.metric_names import (
     GOLDEN,
     REWARD_DISAGREEMENT_VS_CHAMPION,
     REWARD_SLICES_JUDGED,
+    RL_START,
+    RL_START_IS_REFERENCE,
     SLICES_JUDGED,
     TASK_DISAGREEMENT_VS_CHAMPION,
     WORST_SLICE_REWARD_ACCURACY,
@@ -57,8 +60,25 @@ def _answer_scores(
 # per opponent: its task accuracy, ours minus its, our length over its
 _FIGURES_AGAINST = {
     "reference": ("reference_task_accuracy", "task_accuracy_gain", "length_growth_ratio"),
+    RL_START: ("rl_start_task_accuracy", "rl_gain", "length_growth_vs_rl_start"),
     "champion": ("champion_task_accuracy", "task_accuracy_vs_champion", "length_growth_vs_champion"),
 }
+
+
+def rl_start_as_reference(
+    metrics: Mapping[str, float | None], judges: Sequence[str]
+) -> dict[str, float | None]:
+    """The reference's figures under the RL start's names, for an RL stage that started from the
+    reference itself (no SFT ran, or ``evaluation.reference: sft``): one model, measured once."""
+    figures = zip(_FIGURES_AGAINST["reference"], _FIGURES_AGAINST[RL_START], strict=True)
+    keys = [(golden_key(theirs), golden_key(ours)) for theirs, ours in figures]
+    keys += [(win_rate_key(GOLDEN, j, "reference"), win_rate_key(GOLDEN, j, RL_START)) for j in judges]
+    copied: dict[str, float | None] = {RL_START_IS_REFERENCE: 1.0}
+    for theirs, ours in keys:
+        for suffix in ("", *BOUND_SUFFIXES):
+            if theirs + suffix in metrics:
+                copied[ours + suffix] = metrics[theirs + suffix]
+    return copied
 
 
 def _lengths(completions: Sequence[str], tokenizer: Any | None) -> list[float]:
@@ -121,11 +141,15 @@ def judge_policy_completions(
     metadata: Sequence[Mapping[str, Any]] | None = None,
     slice_fields: Sequence[str] = (),
     min_slice_items: int = 2,
+    rl_start: list[str] | None = None,
 ) -> EvalReport:
     """Every pinned-set policy figure with its interval, from completions alone.
 
     With a champion, also the challenger's change on each slice of the pinned prompts
     (``metadata``: each prompt's row metadata, for declared slices; answers alone otherwise).
+    ``rl_start``: the completions of the model the RL stage started from, judged like the
+    reference's (``golden/rl_gain``...); the reference's own list when the RL stage started
+    from the reference, whose figures are then recorded under the RL start's names too.
     """
     metrics: dict[str, float | None] = {golden_key("answers"): float(sum(a is not None for a in answers))}
     ours, lengths = _answer_scores(policy, answers, score), _lengths(policy, tokenizer)
@@ -134,7 +158,12 @@ def judge_policy_completions(
         {**(m or {}), "answer": a} for m, a in zip(metadata or [{}] * len(answers), answers, strict=True)
     ]
     info: dict[str, Any] = {"golden_prompts": len(prompts)}
-    opponents = {"reference": reference, **({"champion": champion} if champion is not None else {})}
+    opponents = {"reference": reference}
+    if rl_start is not None and rl_start is not reference:
+        opponents[RL_START] = rl_start
+        metrics[RL_START_IS_REFERENCE] = 0.0
+    if champion is not None:
+        opponents["champion"] = champion
     verdicts: dict[str, list[float | None]] = {}
     agreement: dict[str, list[float]] = {name: [] for name in judges or {}}
     for against, theirs in opponents.items():
@@ -160,6 +189,9 @@ def judge_policy_completions(
             rate = bootstrap_mean(verdicts[f"{name}_vs_{against}"], seed=seed)
             put_estimate(metrics, win_rate_key(GOLDEN, name, against), rate)
             agreement[name] += agreement_outcomes(verdicts[f"{name}_vs_{against}"], verifier)
+    if rl_start is not None and rl_start is reference:
+        metrics |= rl_start_as_reference(metrics, list(judges or {}))
+        info[RL_START] = "the reference itself: its figures are the reference's, measured once"
     for name, outcomes in agreement.items():  # the judges' audit: only where the answers decide
         if outcomes:
             put_estimate(metrics, judge_agreement_key(name), wilson_of(outcomes))
@@ -167,6 +199,7 @@ def judge_policy_completions(
     for i, prompt in enumerate(prompts[:num_samples]):
         row: dict[str, Any] = {"prompt": as_text(prompt)}
         row |= {"policy": policy[i], "reference": reference[i]}
+        row |= {RL_START: opponents[RL_START][i]} if RL_START in opponents else {}
         row |= {"champion": champion[i]} if champion is not None else {}
         row |= {"answer": answers[i]} if answers[i] is not None else {}
         row |= {f"verdict/{k}": v[i] for k, v in verdicts.items()}
@@ -254,17 +287,25 @@ def judge_on_golden(
     champion: tuple[Any, Any] | None,
     judges: Mapping[str, Judge],
     config: EvaluationConfig,
+    rl_start: Any | None = None,
 ) -> EvalReport:
-    """Generate on the pinned prompts with each model, then :func:`judge_policy_completions`."""
+    """Generate on the pinned prompts with each model, then :func:`judge_policy_completions`.
+
+    ``rl_start``: the model the RL stage started from (sharing the policy's tokenizer), or
+    ``reference`` itself when that is where it started: then it generates once."""
     prompts, answers, metadata = golden_rows(records, config.max_prompts)
     if not prompts:
         raise ValueError("the pinned set has no prompts to judge the policy on")
     model, tokenizer = policy
+    ours, theirs = generate(model, tokenizer, prompts), generate(reference, tokenizer, prompts)
+    start = theirs if rl_start is reference else None
+    if rl_start is not None and start is None:
+        start = generate(rl_start, tokenizer, prompts)
     return judge_policy_completions(
         prompts,
         answers,
-        generate(model, tokenizer, prompts),
-        generate(reference, tokenizer, prompts),
+        ours,
+        theirs,
         generate(*champion, prompts) if champion is not None else None,
         judges,
         tokenizer,
@@ -273,4 +314,5 @@ def judge_on_golden(
         metadata=metadata,
         slice_fields=config.slice_fields,
         min_slice_items=config.min_slice_items,
+        rl_start=start,
     )

@@ -278,8 +278,10 @@ def evaluate_on_golden(
     champion: tuple[Any, Any] | None = None,
     champion_scorer: Scorer | None = None,
     config: EvaluationConfig | None = None,
+    rl_start: Any | None = None,
 ) -> EvalReport:
-    """Reward model and policy judged on the pinned set, with intervals (see ``challenger``)."""
+    """Reward model and policy judged on the pinned set, with intervals (see ``challenger``);
+    ``rl_start``: the model the RL stage started from (``reference`` itself where it did)."""
     from alignflow.evaluation.challenger import judge_on_golden, judge_reward_model
 
     config = config or EvaluationConfig()
@@ -297,7 +299,7 @@ def evaluate_on_golden(
             return generate_answers(model, tokenizer, prompts, config)
 
         report = report.merge(
-            judge_on_golden(golden_records, complete, policy, reference, champion, judges, config)
+            judge_on_golden(golden_records, complete, policy, reference, champion, judges, config, rl_start)
         )
     return report
 
@@ -317,6 +319,19 @@ def refuse_trained_on(snapshot_dir: str | Path, golden_records: Sequence[Mapping
         raise PinnedSetContamination(clashes, pinned_prompt_count(golden_records))
 
 
+def rl_start_model(
+    rl_start_dir: str | Path | None, reference_dir: str | Path, reference: Any, dtype: Any
+) -> Any | None:
+    """The model the RL stage started from: the loaded reference when it is the same folder."""
+    from alignflow.models import load_causal_lm
+
+    if rl_start_dir is None:
+        return None
+    if Path(rl_start_dir).resolve() == Path(reference_dir).resolve():
+        return reference
+    return load_causal_lm(rl_start_dir, dtype)[0]
+
+
 def evaluate_paths(
     snapshot_dir: str | Path,
     policy_dir: str | Path | None,
@@ -327,11 +342,14 @@ def evaluate_paths(
     golden_path: str | Path | None = None,
     champion_reward_dir: str | Path | None = None,
     dtype: Any = None,
+    rl_start_dir: str | Path | None = None,
 ) -> EvalReport:
     """The pipeline's evaluation in one call: models by path; the snapshot's eval split and,
     when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``).
     ``dtype`` loads every policy in it (the run's ``model.dtype``), so policy, reference and
-    champion generate alike; None keeps each model's saved dtype."""
+    champion generate alike; None keeps each model's saved dtype. ``rl_start_dir``: the model
+    the RL stage started from, judged on the pinned set beside the reference (the reference
+    itself when it is the same folder)."""
     from alignflow.data.snapshot import load_split
     from alignflow.evaluation.golden import load_golden_records
     from alignflow.models import load_causal_lm
@@ -347,18 +365,22 @@ def evaluate_paths(
     policy: tuple[Any, Any] | None = None  # (model, tokenizer), as load_causal_lm gives them
     champion: tuple[Any, Any] | None = None
     reference: Any = None
+    rl_start: Any = None
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
         model, tokenizer = policy = load_causal_lm(policy_dir, dtype)
         reference, _ = load_causal_lm(reference_dir, dtype)
         champion = load_causal_lm(champion_dir, dtype) if champion_dir is not None else None
+        rl_start = rl_start_model(rl_start_dir, reference_dir, reference, dtype)
         report = report.merge(evaluate_policy(model, tokenizer, reference, records, scorer, champion, config))
     if golden_path is not None:
         golden_records = load_golden_records(golden_path)
         refuse_trained_on(snapshot_dir, golden_records)
         report.samples = []  # the pinned set's samples carry the judges' verdicts: show those
         report = report.merge(
-            evaluate_on_golden(golden_records, policy, reference, scorer, champion, champion_scorer, config)
+            evaluate_on_golden(
+                golden_records, policy, reference, scorer, champion, champion_scorer, config, rl_start
+            )
         )
     return report

@@ -21,7 +21,7 @@ its threshold.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -64,6 +64,14 @@ def put_estimate(metrics: dict[str, float | None], key: str, estimate: Estimate)
     metrics[f"{key}/low"] = estimate.low
     metrics[f"{key}/high"] = estimate.high
     metrics[f"{key}/n"] = float(estimate.n)
+
+
+def read_estimate(metrics: Mapping[str, float | None], key: str) -> Estimate | None:
+    """An estimate stored by :func:`put_estimate`; None where any part of it is missing."""
+    value, low, high, n = (metrics.get(key + suffix) for suffix in ("", *BOUND_SUFFIXES))
+    if value is None or low is None or high is None or n is None:
+        return None
+    return Estimate(value, low, high, int(n), "stored")
 
 
 def _z(confidence: float) -> float:

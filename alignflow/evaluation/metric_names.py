@@ -106,6 +106,16 @@ REWARD_DISAGREEMENT_VS_CHAMPION = golden_key("reward_disagreement_vs_champion")
 WORST_SLICE_TASK_ACCURACY = golden_key("worst_slice_task_accuracy_vs_champion")
 WORST_SLICE_REWARD_ACCURACY = golden_key("worst_slice_reward_accuracy_vs_champion")
 SLICES_JUDGED = golden_key("slices_judged")
+# the RL stage's own contribution: the policy against the model that stage started from (the SFT
+# model, else the base), beside its gain over the reference; the judges' win rates against it are
+# win_rate_key(GOLDEN, judge, RL_START)
+RL_START = "rl_start"
+RL_START_TASK_ACCURACY = golden_key("rl_start_task_accuracy")
+RL_GAIN = golden_key("rl_gain")  # task accuracy minus the RL start's, paired on the pinned items
+LENGTH_GROWTH_VS_RL_START = golden_key("length_growth_vs_rl_start")
+# 1 when the RL start is the reference itself (no SFT ran, or evaluation.reference: sft): the
+# figures above are then the reference's, recorded under these names and not computed twice
+RL_START_IS_REFERENCE = golden_key("rl_start_is_reference")
 REWARD_SLICES_JUDGED = golden_key("reward_slices_judged")
 
 # ---- live feedback and the gates

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from alignflow.evaluation.intervals import is_bound_key
 from alignflow.evaluation.metric_names import GOLDEN
+from alignflow.evaluation.rl_stage import rl_gain_line
 
 
 class EvalReport(BaseModel):
@@ -65,6 +66,8 @@ def to_markdown(report: EvalReport, title: str = "Evaluation report") -> str:
     lines = [f"# {title}", ""]
     if report.info:
         lines += [*(f"- **{k}**: {_cell(v)}" for k, v in sorted(report.info.items())), ""]
+    rl_stage = rl_gain_line(report.metrics)
+    lines += ["## What the RL stage added", "", rl_stage, ""] if rl_stage else []
     lines += _side_by_side(report.metrics)
     lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
     lines += [f"| `{k}` | {_cell(v)} |" for k, v in sorted(report.metrics.items())]

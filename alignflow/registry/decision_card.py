@@ -36,6 +36,8 @@ class JudgedOn:
     answers: int = 0  # pinned prompts with a verifiable answer
     # why the data version holds pairs no judge could judge (``data add --accept-unjudged``)
     accepted_unjudged: str | None = None
+    # a policy's RL stage against the model it started from, in one line (evaluation.rl_stage)
+    rl_stage: str | None = None
 
 
 def _number(value: float | None, digits: str = ".4g") -> str:
@@ -109,13 +111,15 @@ def _run_link(run_id: str | None, experiment_id: str | None) -> str:
 
 
 def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str:
-    """The version page's description: sentence, gate table, judges, versions, pipeline run."""
+    """The version page's description: sentence, gate table, what the RL stage added, judges,
+    versions, pipeline run."""
     lines = [
         f"**{decision_sentence(decision)}**",
         "",
         gate_table_markdown(decision),
         "",
         *(f"- `{r.name}`: {r.detail}" for r in decision.results if r.detail),  # the slice that broke
+        *([f"- {judged_on.rl_stage}"] if judged_on.rl_stage else []),
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
         f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
         *(

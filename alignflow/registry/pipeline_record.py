@@ -26,6 +26,7 @@ from alignflow.evaluation.metric_names import (
     KL_TO_REFERENCE,
     LENGTH_GROWTH_RATIO,
     REWARD_ACCURACY,
+    RL_GAIN,
     TASK_ACCURACY,
     is_win_rate,
     promoted_key,
@@ -41,7 +42,7 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 SHORT_VERSION = 7  # characters of the DVC md5 in a run name, as git shortens commits
 DATASET_CONTEXT = "training"
 # pinned-set figures (the interval and n beside each come along) and the KL, for the parent
-HEADLINE = (TASK_ACCURACY, LENGTH_GROWTH_RATIO, REWARD_ACCURACY, KL_TO_REFERENCE)
+HEADLINE = (TASK_ACCURACY, RL_GAIN, LENGTH_GROWTH_RATIO, REWARD_ACCURACY, KL_TO_REFERENCE)
 
 
 def run_name(project: str, algorithm: str, data_version: str | None = None) -> str:

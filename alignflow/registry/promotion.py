@@ -44,7 +44,11 @@ from alignflow.evaluation.metric_names import (
     REWARD_ACCURACY_VS_CHAMPION,
     REWARD_DISAGREEMENT_VS_CHAMPION,
     REWARD_SLICES_JUDGED,
+    RL_GAIN,
+    RL_START,
+    RL_START_TASK_ACCURACY,
     SLICES_JUDGED,
+    TASK_ACCURACY,
     TASK_ACCURACY_GAIN,
     TASK_ACCURACY_VS_CHAMPION,
     TASK_DISAGREEMENT_VS_CHAMPION,
@@ -54,6 +58,7 @@ from alignflow.evaluation.metric_names import (
     judge_agreement_key,
     win_rate_key,
 )
+from alignflow.evaluation.rl_stage import rl_gain_line, rl_start_said
 from alignflow.registry.decision_card import (
     MAX_DESCRIPTION,
     JudgedOn,
@@ -85,6 +90,7 @@ MAX_TAG_VALUE = 5000
 METRIC_TAG_PREFIX = "metric."
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 SLICE_GATE = "slice_regression"
+RL_GAIN_GATE = "rl_gain"
 RELEASE_GATE = "released_with_policy"
 
 Op = Literal[">=", "<=", ">"]
@@ -245,6 +251,7 @@ def _policy_gates(
                     "low",
                 )
             )
+    gates += _rl_gain_gates(config, judges, has_answers)
     for judge in judges:
         if has_champion:
             gates.append(
@@ -281,6 +288,31 @@ def _policy_gates(
     return gates
 
 
+def _rl_gain_gates(
+    config: PromotionConfig, judges: Sequence[str], has_answers: bool
+) -> list[tuple[str, str, Op, float | None, Bound]]:
+    """The RL stage against its start: its task accuracy gain where answers exist, else each
+    trusted judge's win rate against it, above a tie by ``min_rl_gain``."""
+    if config.min_rl_gain is None:
+        return []
+    if has_answers:
+        return [(RL_GAIN_GATE, RL_GAIN, ">=", config.min_rl_gain, "low")]
+    rates = [(j, win_rate_key(GOLDEN, j, RL_START)) for j in judges]
+    return [(f"{j}_{RL_GAIN_GATE}", key, ">=", 0.5 + config.min_rl_gain, "low") for j, key in rates]
+
+
+def rl_gain_details(metrics: Mapping[str, float], judges: Sequence[str]) -> dict[str, str]:
+    """What the RL gain gates measured, in words: the policy against the model its RL stage
+    started from, not against the reference (whose gain may all be SFT's)."""
+    said = f"policy vs its RL start; {rl_start_said(metrics)}"
+    accuracy, start = _number(metrics, TASK_ACCURACY), _number(metrics, RL_START_TASK_ACCURACY)
+    if accuracy is not None and start is not None:
+        said += f"; task accuracy {accuracy:.3f} vs its start's {start:.3f}"
+    return {RL_GAIN_GATE: said} | {
+        f"{j}_{RL_GAIN_GATE}": f"{said}; win rate by {j}, 0.5 = a tie" for j in judges
+    }
+
+
 def _slice_gate(config: PromotionConfig, role: Role) -> Gate | None:
     """The worst slice's change must not clearly fall below -``max_slice_regression``."""
     if config.max_slice_regression is None:
@@ -304,9 +336,10 @@ def gates_for(
     preference judge). With answers it must beat its reference's task accuracy and, once a
     champion exists, not fall clearly below the champion's. Each trusted preference judge
     must find it not clearly worse than the champion (or, for the first champion, better
-    than the reference). A reward model must rank the pinned pairs well and, once a
-    champion reward model exists, not clearly worse than it. Against a champion, both must
-    also pass the slice gate (``slices``: False when no slice was big enough to judge).
+    than the reference). With ``min_rl_gain`` set it must also beat the model its RL stage
+    started from (:func:`_rl_gain_gates`). A reward model must rank the pinned pairs well
+    and, once a champion reward model exists, not clearly worse than it. Against a champion,
+    both must also pass the slice gate (``slices``: False when no slice was big enough to judge).
     """
     candidates: list[tuple[str, str, Op, float | None, Bound]]  # a None threshold: no gate
     if human:  # the people who used both versions decide: the live A/B verdict alone
@@ -473,7 +506,7 @@ def decide(
     has_answers = (_number(metrics, ANSWERS) or 0) > 0
     judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
     gates = gates_for(config, role, has_champion, judges, has_answers, human, _slices_judged(metrics, role))
-    details = {**power_details(metrics, config), **(details or {})}
+    details = {**power_details(metrics, config), **rl_gain_details(metrics, judges), **(details or {})}
     results = [
         replace(r, detail=details.get(r.name, r.detail))
         for r in check_gates(judged, gates, config.min_judged_rows)
@@ -631,13 +664,15 @@ def promote(
                 FAILED_GATES_TAG: json.dumps(failed, sort_keys=True)[:MAX_TAG_VALUE],
             },
         )
-    describe_version(tracking_uri, decision, metrics)
+    describe_version(tracking_uri, decision, metrics, role)
     return decision
 
 
-def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> JudgedOn:
+def judged_on(
+    tracking_uri: str, name: str, version: str, metrics: Mapping[str, float], role: Role = "policy"
+) -> JudgedOn:
     """What a version was judged on, from its tags (data and pinned-set versions) and the
-    pipeline run that registered it."""
+    pipeline run that registered it; for a policy, what its RL stage added over its start."""
     from alignflow.registry.lineage import producing_pipeline_run
     from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
 
@@ -651,12 +686,15 @@ def judged_on(tracking_uri: str, name: str, version: str, metrics: Mapping[str, 
         experiment_id=client.get_run(pipeline).info.experiment_id if pipeline else None,
         answers=int(_number(metrics, ANSWERS) or 0),
         accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
+        rl_stage=rl_gain_line(metrics) if role == "policy" else None,
     )
 
 
-def describe_version(tracking_uri: str, decision: PromotionDecision, metrics: Mapping[str, float]) -> None:
+def describe_version(
+    tracking_uri: str, decision: PromotionDecision, metrics: Mapping[str, float], role: Role = "policy"
+) -> None:
     """Write the decision as the version's description: what its page in the UI shows first."""
-    context = judged_on(tracking_uri, decision.name, decision.version, metrics)
+    context = judged_on(tracking_uri, decision.name, decision.version, metrics, role)
     MlflowClient(tracking_uri).update_model_version(
         decision.name, decision.version, description=version_description(decision, context)
     )

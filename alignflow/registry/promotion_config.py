@@ -24,6 +24,12 @@ class PromotionConfig(BaseModel):
     min_task_accuracy_gain: float | None = Field(
         0.0, description="task accuracy minus the reference's: the lower bound must be above this"
     )
+    min_rl_gain: float | None = Field(
+        None,
+        description="the RL stage's own gain over the model it started from (its SFT model, else the "
+        "base): task accuracy minus its start's, lower bound >= this; without answers, each trusted "
+        "judge's win rate against its start, lower bound >= 0.5 + this. None: not required",
+    )
     max_task_accuracy_regression: float | None = Field(
         0.05,
         ge=0.0,

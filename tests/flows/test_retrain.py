@@ -349,3 +349,21 @@ def test_the_policy_is_judged_against_its_sft_model_or_the_base_model_as_configu
     assert evaluation_reference(no_sft, None, policy) == str(tmp_path / "policy" / "base-model")
     named = load_config(None, ["evaluation.reference=base", "model.name=minilm"])
     assert evaluation_reference(named, {**sft, "output_dir": str(tmp_path)}, policy).endswith("model")
+
+
+def test_the_rl_stage_is_judged_against_the_model_it_started_from(tmp_path):
+    from flows.retrain import evaluation_reference, rl_start
+
+    sft = {"model_dir": str(tmp_path / "sft" / "model"), "output_dir": str(tmp_path / "sft")}
+    (tmp_path / "policy" / "base-model").mkdir(parents=True)
+    (tmp_path / "policy" / "base-model" / "config.json").write_text("{}")
+    policy = {"model_dir": str(tmp_path / "policy" / "model"), "output_dir": str(tmp_path / "policy")}
+    base = load_config(None, ["evaluation.reference=base"])
+    assert rl_start(base, sft, policy) == sft["model_dir"], "its SFT model, whatever the reference"
+    assert rl_start(load_config(None), sft, policy) == evaluation_reference(load_config(None), sft, policy)
+    no_sft = load_config(None, ["policy.run_sft=false"])
+    assert (
+        rl_start(no_sft, None, policy)
+        == str(tmp_path / "policy" / "base-model")
+        == (evaluation_reference(no_sft, None, policy))
+    ), "no SFT: it started from the base model, which is the reference"

@@ -477,3 +477,110 @@ def test_a_reward_model_that_outputs_nan_fails_the_calibration_gate():
     margin = math.log(3.0)  # says 0.75 and is right on 3 pairs in 4: calibrated
     calibrated = reward_model_metrics([margin] * 30 + [0.0] * 10, [0.0] * 30 + [margin] * 10)
     assert check_gates(calibrated, [ece])[0].passed  # the gate can pass: it is the NaN that fails it
+
+
+# ---------------------------------------------------------------- the RL stage against its start
+
+RL_GAIN = PromotionConfig(min_rl_gain=0.01)
+
+
+def rl_judged(pinned, policy: list[str], rl_start: list[str], answers: bool = True) -> dict[str, float]:
+    """The pinned-set figures of a first policy whose RL stage started from ``rl_start``,
+    judged against a reference (the base model) that answers nothing right."""
+    prompts, known = pinned
+    report = judge_policy_completions(
+        prompts,
+        known if answers else [None] * len(known),
+        policy=policy,
+        reference=[f"I think {n}" for n in known],
+        judges={"champion_reward": RewardModelJudge(formatted_scorer)},
+        rl_start=rl_start,
+    )
+    return report.gate_metrics()
+
+
+def decide_first(metrics, config: PromotionConfig = RL_GAIN):
+    return decide("p", "1", metrics, config, "policy", champion=None, judges=["champion_reward"])
+
+
+def test_the_rl_gain_gate_is_off_unless_a_config_asks_for_it():
+    for has_answers in (True, False):
+        names_made = names(gates_for(CONFIG, "policy", False, ["champion_reward"], has_answers))
+        assert not [n for n in names_made if "rl_gain" in n]
+
+
+def test_a_policy_that_rl_made_better_than_its_sft_start_passes_the_rl_gain_gate(pinned):
+    _, answers = pinned
+    # SFT got every other sum right; RL got them all
+    start = [format_answer(n if i % 2 else n + 1) for i, n in enumerate(answers)]
+    metrics = rl_judged(pinned, [format_answer(n) for n in answers], start)
+    assert metrics["golden/rl_start_task_accuracy"] == 0.5
+    assert metrics["golden/rl_gain"] == 0.5 and metrics["golden/rl_gain/low"] > 0.3
+    assert metrics["golden/task_accuracy_gain"] == 1.0, "the gain over the base model, beside it"
+    gate_result = result(decide_first(metrics).results, "rl_gain")
+    assert gate_result.passed and gate_result.n == 40
+    line = gate_result.describe()
+    assert line.startswith("rl_gain: 0.5 [") and "n=40, lower bound needs >= 0.01" in line
+    assert "policy vs its RL start" in line and "task accuracy 1.000 vs its start's 0.500" in line
+
+
+def test_a_policy_identical_to_its_sft_start_is_rejected_by_the_rl_gain_gate(pinned):
+    """The adversarial case: all of the gain over the base model is SFT's, RL added nothing."""
+    _, answers = pinned
+    sft = [format_answer(n) for n in answers]
+    metrics = rl_judged(pinned, list(sft), sft)
+    assert metrics["golden/task_accuracy_gain/low"] == 1.0, "a perfect gain over the base model"
+    assert (metrics["golden/rl_gain"], metrics["golden/rl_gain/low"]) == (0.0, 0.0)
+    assert metrics["golden/rl_start_is_reference"] == 0.0
+    decision = decide_first(metrics)
+    assert not decision.promoted
+    assert [r.name for r in decision.failed] == ["rl_gain"]
+    assert "rl_gain: 0 [0, 0] n=40, lower bound needs >= 0.01 (policy vs its RL start" in decision.reason
+    assert decide_first(metrics, CONFIG).promoted, "without min_rl_gain the same policy is promoted"
+
+
+def test_without_answers_the_rl_gain_gate_reads_each_trusted_judges_win_rate_against_the_start(pinned):
+    _, answers = pinned
+    unformatted = [f"I think {n}" for n in answers]
+    better = rl_judged(pinned, [format_answer(n) for n in answers], unformatted, answers=False)
+    same = rl_judged(pinned, unformatted, list(unformatted), answers=False)
+    assert "golden/rl_gain" not in better
+    passed = result(decide_first(better).results, "champion_reward_rl_gain")
+    assert passed.passed and passed.value == 1.0 and passed.threshold == pytest.approx(0.51)
+    tied = result(decide_first(same).results, "champion_reward_rl_gain")
+    assert not tied.passed and tied.low == 0.5
+    assert "policy vs its RL start" in tied.describe() and "win rate by champion_reward" in tied.describe()
+
+
+class CountingJudge(AnswerJudge):
+    """The verifiable answer judge, counting how often it is asked."""
+
+    name = "j"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def compare(self, prompts, a, b, metadata=None):
+        self.calls += 1
+        return super().compare(prompts, a, b, metadata)
+
+
+def test_where_the_rl_start_is_the_reference_its_figures_are_the_references_measured_once(pinned):
+    prompts, answers = pinned
+    base = [f"I think {n}" for n in answers]
+    judge = CountingJudge()
+    report = judge_policy_completions(
+        prompts, answers, [format_answer(n) for n in answers], base, judges={"j": judge}, rl_start=base
+    )
+    metrics = report.gate_metrics()
+    assert judge.calls == 1, "the reference's completions are judged once"
+    assert metrics["golden/rl_start_is_reference"] == 1.0
+    for rl_key, reference_key in (
+        ("rl_gain", "task_accuracy_gain"),
+        ("rl_start_task_accuracy", "reference_task_accuracy"),
+        ("j/win_rate_vs_rl_start", "j/win_rate_vs_reference"),
+    ):
+        for suffix in ("", "/low", "/high", "/n"):
+            assert metrics[f"golden/{rl_key}{suffix}"] == metrics[f"golden/{reference_key}{suffix}"]
+    assert "reference itself" in report.info["rl_start"]

@@ -26,14 +26,15 @@ def documented_gates() -> set[str]:
 
 
 def every_gate() -> set[str]:
-    """Each gate ``gates_for`` can make (every role, with and without a champion, a judge, the
-    human gate, a KL budget) and the two that decisions add themselves."""
-    config = PromotionConfig(max_kl=1.0)
+    """Each gate ``gates_for`` can make (every role, with and without a champion, answers, a
+    judge, the human gate, a KL budget, an RL gain) and the two that decisions add themselves."""
+    config = PromotionConfig(max_kl=1.0, min_rl_gain=0.0)
     names = {SLICE_GATE, RELEASE_GATE}
     for role, human in (("policy", False), ("policy", True), ("reward", False)):
         for has_champion in (False, True):
-            for gate in gates_for(config, role, has_champion, [JUDGE], True, human, True):
-                names.add(gate.name)
+            for has_answers in (True, False):
+                for gate in gates_for(config, role, has_champion, [JUDGE], has_answers, human, True):
+                    names.add(gate.name)
     return names
 
 

@@ -216,3 +216,33 @@ def test_a_broken_slice_and_the_judges_audit_are_on_the_version_page_and_tags(re
         in json.loads(registered.tags[promotion.JUDGE_AUDIT_TAG])["champion_reward"]
     )
     assert models.alias_version(uri, logged.name, models.CHAMPION) == str(logged.version)
+
+
+@pytest.mark.slow
+def test_the_version_page_says_what_the_rl_stage_added_over_its_start(registry):
+    """A policy whose whole gain over the base model is SFT's is refused by ``min_rl_gain`` and
+    its page says RL added nothing measurable; one that RL improved says the gain."""
+    uri, logged = registry
+    config = PromotionConfig(min_rl_gain=0.01)
+    nothing = FIRST_POLICY | pinned_metrics(
+        task_accuracy=(0.9, 0.85, 0.95, 120),
+        rl_start_task_accuracy=(0.9, 0.85, 0.95, 120),
+        rl_gain=(0.0, 0.0, 0.0, 120),
+    )
+    refused = promotion.promote(uri, logged.name, logged.version, nothing, config, "policy", JUDGES)
+    assert [r.name for r in refused.failed] == ["rl_gain"]
+    page = MlflowClient(uri).get_model_version(logged.name, logged.version).description
+    assert "| rl_gain | 0 | [0, 0] | 120 | lower bound >= 0.01 | **failed** |" in page
+    assert "- `rl_gain`: policy vs its RL start; its start is the SFT model it was trained from" in page
+    assert (
+        "- RL added nothing measurable over its start: task accuracy gain +0.000 [0.000, 0.000] n=120 "
+        "(task accuracy 0.900 vs its start's 0.900)" in page
+    )
+    improved = nothing | pinned_metrics(
+        rl_start_task_accuracy=(0.8, 0.72, 0.86, 120), rl_gain=(0.1, 0.05, 0.15, 120)
+    )
+    version = _new_version(uri, logged)
+    assert promotion.promote(uri, logged.name, version, improved, config, "policy", JUDGES).promoted
+    page = MlflowClient(uri).get_model_version(logged.name, version).description
+    assert "- RL stage over its start: task accuracy gain +0.100 [0.050, 0.150] n=120" in page
+    assert "nothing measurable" not in page
