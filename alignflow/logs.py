@@ -52,6 +52,14 @@ def quiet_environment() -> None:
         os.environ.setdefault(key, value)
 
 
+def quiet_libraries() -> None:
+    """The libraries' progress bars off for any command, those already imported included:
+    a command without a log file of its own (``data add`` loading the champion reward model)
+    must not print transformers' ``Loading weights`` or MLflow's ``Downloading artifacts``."""
+    quiet_environment()
+    _library_bars_off()
+
+
 def current_log_file() -> Path | None:
     """The log file of the command running now (None outside :class:`QuietConsole`)."""
     return _current_log_file

@@ -19,6 +19,7 @@ import logging
 import re
 from typing import Any
 
+from alignflow.registry.decision_card import outcome_statement
 from flows.summary import RunSummary, key_metrics
 
 logger = logging.getLogger(__name__)
@@ -107,12 +108,7 @@ def outcome_line(summary: dict[str, Any]) -> str:
     decisions = summary.get("promotions", {}).values()
     if not decisions:
         return "no promotion decision"
-
-    def said(d: dict[str, Any]) -> str:
-        failed = ", ".join(d.get("failed") or []) or "no gates"
-        return "promoted to champion" if d["promoted"] else f"not promoted (failed: {failed})"
-
-    return "; ".join(f"{d['name']} v{d['version']} {said(d)}" for d in decisions)
+    return "; ".join(f"{d['name']} v{d['version']} {outcome_statement(d)}" for d in decisions)
 
 
 def summary_markdown(summary: dict[str, Any], gates: list[dict[str, Any]]) -> str:
@@ -143,8 +139,8 @@ def summary_markdown(summary: dict[str, Any], gates: list[dict[str, Any]]) -> st
             for r in stage_rows(summary)
         ]
     for decision in summary.get("promotions", {}).values():
-        verdict = "promoted to champion" if decision["promoted"] else "not promoted"
-        lines += ["", f"## {decision['name']} v{decision['version']}: {verdict}", ""]
+        said = _cell(outcome_statement(decision))
+        lines += ["", f"## {decision['name']} v{decision['version']}: {said}", ""]
         if decision.get("judges"):
             lines += [f"Judges that counted: {', '.join(decision['judges'])}", ""]
         version = str(decision["version"])

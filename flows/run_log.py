@@ -155,21 +155,14 @@ def stage_line(stage: str, cached: bool, seconds: float, metrics: dict[str, Any]
 def log_decisions(summary: RunSummary) -> None:
     """What the RL stage added, each promotion decision with its gates, then the run's outcome,
     on the run's log."""
+    from alignflow.registry.decision_card import outcome_statement
     from flows.artifacts import outcome_line
 
     data = summary.to_dict()
     if summary.rl_stage:
         logger.info("%s", summary.rl_stage)
     for decision in data.get("promotions", {}).values():
-        logger.info("%s v%s: %s", decision["name"], decision["version"], _verdict(decision))
+        logger.info("%s v%s: %s", decision["name"], decision["version"], outcome_statement(decision))
         for gate in decision.get("gates", []):
             logger.info("  gate %s %s", gate["outcome"], gate["describe"])
     logger.info("outcome: %s", outcome_line(data))
-
-
-def _verdict(decision: dict[str, Any]) -> str:
-    if decision.get("reused"):
-        return decision.get("reason") or "reused"
-    if decision.get("promoted"):
-        return "promoted to champion"
-    return f"not promoted (failed: {', '.join(decision.get('failed') or []) or 'no gates'})"

@@ -26,8 +26,9 @@ def _verdict(value: Any, against: str) -> str:
 
 
 def completions_table(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Sample completions of policy, reference and champion side by side, whether each gives
-    the reference answer, and every judge's verdict: the columns ``mlflow.log_table`` takes."""
+    """Each evaluated prompt's completions of policy, reference and champion side by side,
+    whether each gives the reference answer, and every judge's verdict: the columns
+    ``mlflow.log_table`` takes (one row per pinned prompt, sortable in the UI)."""
     from alignflow.data.answers import task_accuracy
 
     rows = []

@@ -128,7 +128,7 @@ def promote_models(
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
-        from alignflow.registry.decision_card import log_decision
+        from alignflow.registry.decision_card import decision_entry, log_decision
         from alignflow.registry.promotion import audit_judges, promote, slice_details
 
         decisions: dict[str, Any] = {}
@@ -153,7 +153,7 @@ def promote_models(
                     tags, details=details["policy"], audits=audits,
                 )  # fmt: skip
                 log_decision("policy", decision)
-                decisions["policy"] = decision_entry(policy, decision)
+                decisions["policy"] = decision_entry(decision)
         if reward is not None and not reward.get("reused"):
             with_policy = decisions["policy"]["promoted"] if policy is not None else None
             decision = promote(
@@ -161,7 +161,7 @@ def promote_models(
                 details=details["reward"], policy_promoted=with_policy,
             )  # fmt: skip
             log_decision("reward", decision)
-            decisions["reward"] = decision_entry(reward, decision)
+            decisions["reward"] = decision_entry(decision)
         return {
             "decisions": {role: decisions[role] for role in sorted(decisions, key=lambda r: r != "reward")}
         }
@@ -200,34 +200,11 @@ def passes_own_gates(
     return decision.promoted
 
 
-def decision_entry(info: dict[str, Any], decision: Any) -> dict[str, Any]:
-    """A decision as the run summary keeps it: outcome, reason, failed gates, judges, every gate."""
-    return {
-        "name": info["name"],
-        "version": info["version"],
-        "promoted": decision.promoted,
-        "reason": decision.reason,
-        "failed": [r.name for r in decision.failed],
-        "judges": decision.judges_counted,  # as the version's page lists them: answers first
-        "gates": [{"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results],
-    }
-
-
 def reused_decision(uri: str, info: dict[str, Any]) -> dict[str, Any]:
     """A reused version's entry among the decisions: unchanged, ``promoted`` while it holds
     ``champion`` (so a reused champion reward model stays a trusted judge, as when it won)."""
+    from alignflow.registry.decision_card import reused_entry
     from alignflow.registry.models import CHAMPION, alias_version
 
     champion = alias_version(uri, info["name"], CHAMPION) == str(info["version"])
-    held = "it stays champion" if champion else "it is not the champion"
-    return {
-        "name": info["name"],
-        "version": info["version"],
-        "promoted": champion,
-        "reused": True,
-        "produced_by_run": info["produced_by_run"],
-        "reason": f"unchanged (reused, produced by run {info['produced_by_run']}); {held}",
-        "failed": [],
-        "judges": [],
-        "gates": [],
-    }
+    return reused_entry(info["name"], str(info["version"]), info["produced_by_run"], champion)

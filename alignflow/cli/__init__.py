@@ -42,7 +42,10 @@ app = typer.Typer(
 @app.callback()
 def _root(
     debug: bool = typer.Option(
-        False, "--debug", help="On a bad input, also print the traceback and the library's own report."
+        False,
+        "--debug",
+        help="On a bad input, also print the traceback and the library's own report; "
+        "leave the libraries' progress bars on.",
     ),
 ) -> None:
     """Preference training of language models as tracked, versioned, gated pipelines."""
@@ -50,6 +53,10 @@ def _root(
         from alignflow.cli.errors import DEBUG_ENV
 
         os.environ[DEBUG_ENV] = "1"
+    else:
+        from alignflow.logs import quiet_libraries
+
+        quiet_libraries()
 
 
 # module name -> how it attaches: a sub-app ("data" -> `alignflow data ...`) or top-level commands

@@ -22,6 +22,7 @@ console = Console()
 
 def render_summary(summary: dict[str, Any]) -> None:
     """The end-of-run table: stages, times, cache hits, key metrics, promotions, UI commands."""
+    from alignflow.registry.decision_card import outcome_statement
     from flows.summary import key_metrics
 
     table = Table(title=f"alignflow run — {summary['project']}")
@@ -48,10 +49,9 @@ def render_summary(summary: dict[str, Any]) -> None:
     if summary.get("rl_stage"):
         console.print(escape(summary["rl_stage"]))
     for decision in summary.get("promotions", {}).values():
-        verdict = "[green]promoted to champion[/]" if decision["promoted"] else "[yellow]not promoted[/]"
-        if decision.get("reused"):  # a cache hit: its version was decided on by the run that made it
-            verdict = escape(decision["reason"])
-        console.print(f"{decision['name']} v{decision['version']}: {verdict}")
+        colour = "green" if decision["promoted"] else "yellow"
+        said = escape(outcome_statement(decision))
+        console.print(f"{decision['name']} v{decision['version']}: [{colour}]{said}[/]", soft_wrap=True)
         if decision.get("judges"):
             console.print(f"  judges that counted: {', '.join(decision['judges'])}")
         for gate in decision.get("gates", []):

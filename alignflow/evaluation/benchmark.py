@@ -560,14 +560,14 @@ def _against_figures(
     assert run.against is not None  # the caller runs this only with an opponent
     theirs = generate_answers(*run.against, prompts, config)
     judged = judge_policy_completions(
-        prompts, answers, ours, theirs, None, run.judges, None, answer_score, config.seed, config.num_samples
+        prompts, answers, ours, theirs, None, run.judges, None, answer_score, config.seed
     )
 
     def renamed(key: str) -> str:
         return key.removeprefix(golden_key("")).replace("reference", "against")
 
     metrics = {renamed(k): v for k, v in judged.metrics.items()}
-    samples = [{renamed(k): v for k, v in row.items()} for row in judged.samples]
+    samples = [{renamed(k): v for k, v in row.items()} for row in judged.samples[: config.num_samples]]
     metrics["against_length_mean"] = mean(completion_lengths(theirs))
     if not config.kl_samples:
         notes.append("KL skipped: evaluation.kl_samples is 0")

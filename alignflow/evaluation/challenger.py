@@ -137,13 +137,13 @@ def judge_policy_completions(
     tokenizer: Any | None = None,
     score: Callable[[str, Any], float] = task_accuracy,
     seed: int = 0,
-    num_samples: int = 20,
     metadata: Sequence[Mapping[str, Any]] | None = None,
     slice_fields: Sequence[str] = (),
     min_slice_items: int = 2,
     rl_start: list[str] | None = None,
 ) -> EvalReport:
-    """Every pinned-set policy figure with its interval, from completions alone.
+    """Every pinned-set policy figure with its interval, from completions alone, and every
+    pinned prompt's completions and verdicts (``samples``: the items a gate's figure counts).
 
     With a champion, also the challenger's change on each slice of the pinned prompts
     (``metadata``: each prompt's row metadata, for declared slices; answers alone otherwise).
@@ -196,7 +196,7 @@ def judge_policy_completions(
         if outcomes:
             put_estimate(metrics, judge_agreement_key(name), wilson_of(outcomes))
     samples = []
-    for i, prompt in enumerate(prompts[:num_samples]):
+    for i, prompt in enumerate(prompts):
         row: dict[str, Any] = {"prompt": as_text(prompt)}
         row |= {"policy": policy[i], "reference": reference[i]}
         row |= {RL_START: opponents[RL_START][i]} if RL_START in opponents else {}
@@ -310,7 +310,6 @@ def judge_on_golden(
         judges,
         tokenizer,
         seed=config.seed,
-        num_samples=config.num_samples,
         metadata=metadata,
         slice_fields=config.slice_fields,
         min_slice_items=config.min_slice_items,

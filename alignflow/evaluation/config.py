@@ -49,7 +49,12 @@ class EvaluationConfig(BaseModel):
         "reward", description="whose eval-split win rate is reported as eval/win_rate_vs_*"
     )
     tie_margin: float = Field(0.0, ge=0.0, description="reward gap under which the reward judge calls a tie")
-    num_samples: int = Field(20, ge=0, description="rows in the sample-completions table")
+    num_samples: int = Field(
+        20,
+        ge=0,
+        description="rows of completions kept from a held-out split or a benchmark; the pinned set "
+        "keeps every prompt's",
+    )
     seed: int = 0
     golden: str | None = Field(
         None, description="pinned evaluation file; None = freeze the first data version's eval split"

@@ -73,7 +73,7 @@ def to_markdown(report: EvalReport, title: str = "Evaluation report") -> str:
     lines += [f"| `{k}` | {_cell(v)} |" for k, v in sorted(report.metrics.items())]
     if report.samples:
         columns = list(report.samples[0])
-        lines += ["", "## Sample completions", "", "| " + " | ".join(columns) + " |"]
+        lines += ["", "## Completions", "", "| " + " | ".join(columns) + " |"]
         lines += ["|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in report.samples]
     return "\n".join(lines) + "\n"
@@ -96,6 +96,6 @@ def read_report(path: str | Path) -> EvalReport:
 
 
 def samples_table(report: EvalReport) -> dict[str, list[Any]]:
-    """Sample completions as columns, the shape ``mlflow.log_table(data=...)`` takes."""
+    """The completions as columns, the shape ``mlflow.log_table(data=...)`` takes."""
     columns = list(report.samples[0]) if report.samples else []
     return {c: [row.get(c) for row in report.samples] for c in columns}

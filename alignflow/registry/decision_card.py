@@ -50,18 +50,56 @@ def _champion_said(previous: str | None, version: str) -> str:
     return "already the champion" if previous == version else f"replacing version {previous}"
 
 
+def decision_entry(decision: PromotionDecision) -> dict[str, Any]:
+    """A decision as the run summary keeps it: outcome, reason, failed gates, judges, every gate.
+
+    The record every account of a run reads (console, run log, Prefect summary, version page):
+    each states a model's outcome through :func:`outcome_statement`, so they cannot disagree.
+    """
+    return {
+        "name": decision.name,
+        "version": decision.version,
+        "promoted": decision.promoted,
+        "reason": decision.reason,
+        "failed": [r.name for r in decision.failed],
+        "judges": decision.judges_counted,  # as the version's page lists them: answers first
+        "gates": [{"name": r.name, "outcome": r.outcome, "describe": r.describe()} for r in decision.results],
+    }
+
+
+def reused_entry(name: str, version: str, produced_by_run: str, champion: bool) -> dict[str, Any]:
+    """A reused version's record (a cache hit): decided by the run that produced it, not again;
+    ``promoted`` while it holds ``champion`` (a reused champion reward model stays a trusted judge)."""
+    entry: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "promoted": champion,
+        "reused": True,
+        "produced_by_run": produced_by_run,
+    }
+    return entry | {"reason": outcome_statement(entry), "failed": [], "judges": [], "gates": []}
+
+
+def outcome_statement(entry: Mapping[str, Any]) -> str:
+    """What became of one model in a run, from its record: promoted, rejected (naming the failed
+    gates), or reused and whether it stays champion. The one wording of a model's outcome."""
+    if entry.get("reused"):
+        held = "stays champion" if entry["promoted"] else "is not the champion"
+        return f"reused, unchanged (decided by run {entry['produced_by_run']}); it {held}"
+    if entry["promoted"]:
+        return "promoted to champion"
+    return f"not promoted (failed: {', '.join(entry.get('failed') or []) or 'no gates'})"
+
+
 def decision_sentence(decision: PromotionDecision) -> str:
-    """The decision in one sentence, naming the failed gates of a rejected version."""
+    """The decision in one sentence: its outcome statement, then what decided it."""
+    said = outcome_statement(decision_entry(decision))
+    said = said[0].upper() + said[1:]
     if decision.promoted:
         passed = f"all {len(decision.results)} gates passed" if decision.results else "no gates configured"
-        champion = _champion_said(decision.previous_champion, decision.version)
-        return f"Promoted to champion: {passed}, {champion}."
-    failed = ", ".join(r.name for r in decision.failed)
+        return f"{said}: {passed}, {_champion_said(decision.previous_champion, decision.version)}."
     stays = f"version {decision.previous_champion}" if decision.previous_champion else "unset"
-    return (
-        f"Not promoted: {len(decision.failed)} of {len(decision.results)} gates failed ({failed}); "
-        f"champion stays {stays}."
-    )
+    return f"{said}: {len(decision.failed)} of {len(decision.results)} gates failed; champion stays {stays}."
 
 
 def gate_row(result: GateResult) -> dict[str, Any]:

@@ -90,3 +90,34 @@ def test_unjudged_pairs_stop_until_accepted_with_a_reason_the_version_keeps(cham
     again = _add(repo, chat)
     assert again.exit_code == 0, again.output
     assert current_version(repo, "data") == version
+
+
+def test_loading_the_champion_shows_no_library_progress_bar(champion, monkeypatch, tmp_path):
+    """The champion reward model is downloaded from MLflow and loaded by transformers, each
+    with its progress bar; neither reaches the console (the user's shell asks for both)."""
+    import mlflow.utils.file_utils as mlflow_files
+    import transformers.utils.logging as hf_logging
+
+    import alignflow.models.reward_scorer as reward_scorer
+    from tests.evaluation.label_check_cases import tier_scorer
+
+    loaded = []
+
+    def load_with_bars(*args, **kwargs):  # what downloading and loading a model draw
+        with mlflow_files.ArtifactProgressBar.files("Downloading artifacts", total=2) as bar:
+            bar.update()
+        list(hf_logging.tqdm(range(3), desc="Loading weights"))
+        loaded.append(True)
+        return tier_scorer
+
+    monkeypatch.setattr(reward_scorer, "load_reward_scorer", load_with_bars)
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    try:
+        added = _add(tmp_path / "repo", _write(tmp_path / "near-misses.jsonl", near_misses()))
+    finally:
+        (hf_logging.enable_progress_bar if was_on else hf_logging.disable_progress_bar)()
+    assert added.exit_code == 0 and loaded, added.output
+    assert "Loading weights" not in added.output and "Downloading artifacts" not in added.output, added.output

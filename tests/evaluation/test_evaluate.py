@@ -182,3 +182,25 @@ def test_the_win_rate_plot_draws_rates_with_their_intervals_never_counts(tmp_pat
     assert labels == ["golden/reward/win_rate_vs_reference", "win_rate_vs_reference"], "rates only"
     assert widths == [0.7, 0.65] and all(0 <= w <= 1 for w in widths), "no row count drawn as a bar"
     assert xerr[0] == pytest.approx([0.1, 0.0]) and xerr[1] == pytest.approx([0.15, 0.0]), "the 95% interval"
+
+
+def test_the_evaluation_table_keeps_every_pinned_prompt_with_each_completion_and_verdict(
+    eval_records, scorer
+):
+    """Not a sample: a user looking for the prompts the challenger got wrong finds every one."""
+    from tasks.evaluation import completions_table
+
+    rows = distinct_prompt_rows(eval_records, 60)
+    prompts, answers = [r["prompt"] for r in rows], [r["metadata"]["answer"] for r in rows]
+    right = [format_answer(a) for a in answers]
+    wrong = [format_answer(a + 1) if i % 3 == 0 else format_answer(a) for i, a in enumerate(answers)]
+    assert len(prompts) > EvaluationConfig().num_samples
+    judges = {"champion_reward": RewardModelJudge(scorer)}
+    report = judge_policy_completions(prompts, answers, wrong, right, right, judges=judges)
+    table = completions_table(report.samples)
+    assert table["prompt"] == prompts, "one row per pinned prompt, in order"
+    assert {"policy", "reference", "champion", "policy_correct", "champion_correct"} <= set(table)
+    assert {"champion_reward: policy vs reference", "champion_reward: policy vs champion"} <= set(table)
+    policy, champion = table["policy_correct"], table["champion_correct"]
+    lost = [p for i, p in enumerate(prompts) if champion[i] and not policy[i]]
+    assert lost == prompts[::3], "every item the challenger got wrong and the champion right"

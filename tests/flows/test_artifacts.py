@@ -6,7 +6,8 @@ workspace) on the demo config made tiny, with gates a tiny model can pass:
 1. under a pseudo-terminal, with the user's environment asking transformers and the hub
    for their warnings and bars: the live view, and nothing of theirs on the screen;
 2. the same data with a changed policy config, stdout piped: plain lines, cache hits for
-   the unchanged stages, and an evaluation against the champion the first run promoted.
+   the unchanged stages, and an evaluation against the champion the first run promoted;
+3. another policy config, judged on more evidence than the pinned set holds: a rejection.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.registry.decision_card import outcome_statement
 from alignflow.registry.runs import child_runs
 from flows.artifacts import GATES_TABLE, artifact_key
+from flows.run_log import role_outcome
 from tasks.evaluation import COMPLETIONS_TABLE
 from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
 from tests.flows.conftest import TINY_FLOW
@@ -87,6 +90,29 @@ def piped(on_terminal, workspace, tracking_uri, env):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, done.stderr, json.loads((workspace / "second.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def rejected(piped, workspace, tracking_uri, env):
+    """A third run whose policy cannot pass (its gates ask for more judged rows than exist), piped."""
+    done = subprocess.run(
+        run_command(tracking_uri, "third.json", "dpo.beta=0.3", "promotion.min_judged_rows=100000"),
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, json.loads((workspace / "third.json").read_text())
+
+
+def summary_artifact(summary: dict) -> str:
+    """The Prefect markdown summary of the run ``summary`` reports."""
+    markdown = [a for a in read_artifacts(artifact_key(PROJECT, "retrain-summary")) if a.type == "markdown"]
+    ours = [a.data for a in markdown if f"- MLflow parent run: `{summary['parent_run_id']}`" in a.data]
+    assert len(ours) == 1, [a.data[:200] for a in markdown]
+    return ours[0]
 
 
 def test_the_live_view_shows_each_stage_and_its_steps_while_training(on_terminal):
@@ -170,7 +196,7 @@ def tracking(uri: str) -> Iterator[None]:
 def test_prefect_holds_a_markdown_summary_and_a_stage_table_of_the_run(on_terminal):
     _, summary = on_terminal
     markdown = [a for a in read_artifacts(artifact_key(PROJECT, "retrain-summary")) if a.type == "markdown"]
-    ours = [a for a in markdown if summary["parent_run_id"] in a.data]
+    ours = [a for a in markdown if f"- MLflow parent run: `{summary['parent_run_id']}`" in a.data]
     assert len(ours) == 1, [a.data[:200] for a in markdown]
     text = ours[0].data
     assert "**Outcome:** watch-demo-reward v1 promoted to champion; watch-demo-policy v1 promoted" in text
@@ -264,3 +290,32 @@ def test_the_summary_of_a_stopped_run_says_why_and_gates_without_details_keep_th
     assert "| length_growth | failed |  |  |  | length_growth: 2.6 [2.5, 2.8] n=16 |" in summary_markdown(
         rejected, rows
     )
+
+
+def test_the_console_the_prefect_summary_and_the_version_page_state_each_outcome_alike(
+    on_terminal, piped, rejected, tracking_uri
+):
+    """Last in the module: its third run would be one more log file to the tests above.
+
+    A promoted, a reused and a rejected model, each stated in the same words by the
+    console, the Prefect summary (its outcome line and its section), and the MLflow version
+    page of the decision (for a reused version: the page of the run that decided it)."""
+    raw, first = on_terminal
+    runs = [("\n".join(screen_lines(raw)), first), (piped[0], piped[2]), rejected]
+    client, fates = MlflowClient(tracking_uri), set()
+    for console, summary in runs:
+        markdown = summary_artifact(summary)
+        outcome = next(line for line in markdown.splitlines() if line.startswith("**Outcome:** "))
+        for decision in summary["promotions"].values():
+            said, model = outcome_statement(decision), f"{decision['name']} v{decision['version']}"
+            assert f"{model}: {said}" in console, (said, console[-2000:])
+            assert f"## {model}: {said}\n" in markdown and f"{model} {said}" in outcome, markdown
+            page = client.get_model_version(decision["name"], str(decision["version"])).description
+            if decision.get("reused"):  # decided, and described, by the run that produced it
+                assert f"`{decision['produced_by_run']}`" in page, page
+            else:
+                assert page.startswith(f"**{said[0].upper()}{said[1:]}: "), (said, page[:300])
+            fates.add(role_outcome(decision))
+    assert fates == {"promoted", "reused", "rejected"}
+    assert rejected[1]["promotions"]["policy"]["failed"], rejected[1]["promotions"]
+    assert "promoted to champion" not in summary_artifact(piped[2]).split(f"{PROJECT}-reward v1 ")[1][:40]

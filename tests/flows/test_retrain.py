@@ -250,7 +250,7 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     assert rejected.tags[OUTCOME_TAG] == "rejected"
     assert "task_accuracy_vs_champion" in rejected.tags[OUTCOME_FAILED_TAG].split(",")
     said = rejected.description.splitlines()[0]  # the version page: the decision first
-    assert said.startswith("**Not promoted: ") and "task_accuracy_vs_champion" in said, said
+    assert said.startswith("**Not promoted (failed: ") and "task_accuracy_vs_champion" in said, said
     assert said.endswith("champion stays version 1.**"), said
     assert "| task_accuracy_vs_champion | " in rejected.description
     assert_the_flow_run_tells_the_rejection(worse, decision["version"])
@@ -277,7 +277,10 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     with console.capture() as shown:
         render_summary(worse)
     text = " ".join(shown.get().split())  # the console wraps at its width
-    assert f"demo-reward v1: unchanged (reused, produced by run {first['parent_run_id']}" in text
+    assert (
+        f"demo-reward v1: reused, unchanged (decided by run {first['parent_run_id']}); it stays champion"
+        in text
+    )
 
 
 def test_a_poisoned_data_version_stops_before_training_and_the_champion_stays(first, server, workspace):

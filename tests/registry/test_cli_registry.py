@@ -45,7 +45,7 @@ def test_promote_dry_run_then_rejects_then_force_then_rollback(tmp_path, tiny_mo
     page = MlflowClient(uri).get_model_version("cli-policy", second.version).description
     said, earlier = page.split("\n\n---\n\n")  # newest first, the gated decision kept below
     assert said.startswith("**Promoted to champion by hand, gates not checked, replacing version 1.** (")
-    assert earlier.startswith("**Not promoted: 1 of ") and "task_accuracy_vs_champion" in earlier
+    assert earlier.startswith("**Not promoted (failed: ") and "task_accuracy_vs_champion" in earlier
 
     result = runner.invoke(app, ["rollback", *common])
     assert result.exit_code == 0, result.output

@@ -60,7 +60,7 @@ def test_first_model_becomes_champion_only_when_its_bound_beats_the_reference(re
     assert tags[promotion.OUTCOME_TAG] == "rejected"
     assert tags[promotion.OUTCOME_FAILED_TAG] == "champion_reward_beats_reference"
     assert tags[promotion.OUTCOME_REASON_TAG] == (
-        "Not promoted: 1 of 4 gates failed (champion_reward_beats_reference); champion stays unset."
+        "Not promoted (failed: champion_reward_beats_reference): 1 of 4 gates failed; champion stays unset."
     )
     page = MlflowClient(uri).get_model_version(logged.name, logged.version).description
     assert page.startswith(f"**{tags[promotion.OUTCOME_REASON_TAG]}**")
@@ -114,7 +114,7 @@ def test_worse_challenger_leaves_champion_and_carries_failed_gates_then_rollback
     tags = rejected.tags
     assert tags[promotion.DECISION_TAG] == "rejected"
     page = rejected.description  # what the version's page in the UI shows first
-    assert page.startswith("**Not promoted: 2 of 8 gates failed (champion_reward_win_rate_vs_champion, ")
+    assert page.startswith("**Not promoted (failed: champion_reward_win_rate_vs_champion, ")
     assert f"champion stays version {logged.version}." in page.splitlines()[0]
     assert "| gate | value | 95% interval | n | needed bound | outcome |" in page
     win_rate = "| champion_reward_win_rate_vs_champion | 0.3 | [0.22, 0.38] | 120 | lower bound >= 0.4 |"
@@ -168,7 +168,10 @@ def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_jso
     with mlflow.start_run(run_id=run.info.run_id):
         table = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/promotion/policy-gates.json")
         text = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/promotion/policy-gates.md")
-    assert table["decision"] == "Not promoted: 1 of 7 gates failed (length_growth); champion stays version 1."
+    assert (
+        table["decision"]
+        == "Not promoted (failed: length_growth): 1 of 7 gates failed; champion stays version 1."
+    )
     gates = {row["gate"]: row for row in table["gates"]}
     assert gates["length_growth"] == {
         "gate": "length_growth", "value": 3.5, "low": 3.3, "high": 3.7, "n": 120,
