@@ -71,13 +71,12 @@ def test_force_on_the_champion_says_nothing_changed(champion_version):
 
 def test_the_run_summary_names_every_judge_that_counted_as_the_version_page_does(capsys):
     from alignflow.cli.pipeline import render_summary
-    from alignflow.registry.decision_card import judges_line
-    from tasks.registry import decision_entry
+    from alignflow.registry.decision_card import decision_entry, judges_line
 
     decision = promotion.decide(
         NAME, "2", FIRST_POLICY, promotion.PromotionConfig(), "policy", None, ["champion_reward"]
     )
-    entry = decision_entry({"name": NAME, "version": "2"}, decision)
+    entry = decision_entry(decision)
     assert entry["judges"] == ["verifiable answers (100 pinned prompts)", "champion_reward"]
     summary = {
         "project": "cli",
