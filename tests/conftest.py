@@ -11,6 +11,7 @@ import atexit
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -49,6 +50,23 @@ LONG_FILES = (
     "tests/flows/test_feedback_launcher.py",
     "tests/flows/test_retrain.py",
 )
+
+
+@pytest.fixture(autouse=True)
+def _tracking_uri_restored():
+    """Each test leaves MLflow's tracking URI as it found it. ``mlflow.set_tracking_uri`` also
+    sets ``MLFLOW_TRACKING_URI``, which the CLI reads: a URI left behind by a test whose server
+    has stopped sent a later ``data add`` in the same worker into MLflow's retries (~4 min a call)."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if os.environ.get("MLFLOW_TRACKING_URI") == before:
+        return
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(before)
+    elif before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from alignflow.errors import InputError
+
 app = typer.Typer(help="Validate, version and inspect preference data.", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
@@ -138,10 +140,18 @@ def validate(
 
 def _registry_exists(uri: str) -> bool:
     """Whether a tracking store is there to ask (a local sqlite file that exists, or a server);
-    ``data add`` must not create an empty ``mlflow.db`` just to find no champion in it."""
+    ``data add`` must not create an empty ``mlflow.db`` just to find no champion in it. A server
+    that does not answer is an error now, not after MLflow's retries (about four minutes)."""
     if uri.startswith("sqlite:///"):
         return Path(uri.removeprefix("sqlite:///")).exists()
-    return uri.startswith(("http://", "https://", "postgresql", "mysql"))
+    if uri.startswith(("http://", "https://")):
+        from alignflow.cli.doctor import check_mlflow
+
+        check = check_mlflow(uri)
+        if not check.ok:
+            raise InputError(f"tracking.uri: {check.detail}; {check.fix}, or pass --set tracking.uri=...")
+        return True
+    return uri.startswith(("postgresql", "mysql"))
 
 
 def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
@@ -216,7 +226,12 @@ def add(
         err.print("--accept-unjudged needs a reason: why can these labels be trusted?")
         raise typer.Exit(EXIT_USAGE)
     config = _config(config_path, overrides)
-    labels, training = _data_checks(config_path, overrides, repo)
+    try:
+        labels, training = _data_checks(config_path, overrides, repo)
+    except InputError as exc:  # e.g. a tracking server that does not answer
+        from alignflow.cli.errors import fail
+
+        raise fail(str(exc), EXIT_USAGE, exc) from None
     try:
         version = add_dataset(
             list(path), config, repo, fmt, push=not no_push, check_labels=labels, check_training=training,

@@ -57,6 +57,12 @@ ROWS = [
         "--set dpo.betaa=0.2",
         "did you mean dpo.beta?",
     ),
+    Bad(
+        ("data", "add", "good.jsonl", "--set", "tracking.uri=http://127.0.0.1:9"),
+        2,
+        "tracking.uri: http://127.0.0.1:9/health did not answer",
+        "start the tracking server",
+    ),
     Bad(("train", "dpo", "--set", "dpo.betaa=0.2"), 2, "--set dpo.betaa=0.2", "did you mean dpo.beta?"),
     Bad(("train", "dpoo"), 2, "train dpoo: no such stage", "did you mean dpo?"),
     Bad(("train", "sft", "--data", "missing.jsonl"), 2, "--data missing.jsonl", "alignflow data add FILE"),
