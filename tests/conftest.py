@@ -52,13 +52,9 @@ LONG_FILES = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _tracking_uri_restored():
-    """Each test leaves MLflow's tracking URI as it found it. ``mlflow.set_tracking_uri`` also
-    sets ``MLFLOW_TRACKING_URI``, which the CLI reads: a URI left behind by a test whose server
-    has stopped sent a later ``data add`` in the same worker into MLflow's retries (~4 min a call)."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    yield
+def restore_tracking_uri(before: str | None) -> None:
+    """MLflow's tracking URI back to ``before`` (``mlflow.set_tracking_uri`` also sets
+    ``MLFLOW_TRACKING_URI``, which the CLI reads)."""
     if os.environ.get("MLFLOW_TRACKING_URI") == before:
         return
     if "mlflow" in sys.modules:
@@ -67,6 +63,24 @@ def _tracking_uri_restored():
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tracking_uri_restored_after_module():
+    """A module's fixtures that point MLflow at their own server leave it pointing there: a later
+    module's ``data add`` in the same worker then asked that stopped server (MLflow's retries,
+    ~4 min a call; now a one-line error)."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    restore_tracking_uri(before)
+
+
+@pytest.fixture(autouse=True)
+def _tracking_uri_restored_after_test():
+    """The same for what a test itself points MLflow at."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    restore_tracking_uri(before)
 
 
 def pytest_collection_modifyitems(config, items):

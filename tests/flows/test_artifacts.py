@@ -77,11 +77,10 @@ def on_terminal(workspace, tracking_uri, env):
     return raw, json.loads((workspace / "first.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def piped(on_terminal, workspace, tracking_uri, env):
-    """The second run (policy config changed), stdout and stderr to pipes."""
+def piped_run(workspace, tracking_uri, env, out: str, *overrides: str) -> tuple[str, str, dict]:
+    """A run on the workspace with stdout and stderr to pipes: what it printed and its summary."""
     done = subprocess.run(
-        run_command(tracking_uri, "second.json", "dpo.beta=0.2"),
+        run_command(tracking_uri, out, *overrides),
         cwd=workspace,
         env=env,
         capture_output=True,
@@ -89,22 +88,22 @@ def piped(on_terminal, workspace, tracking_uri, env):
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout, done.stderr, json.loads((workspace / "second.json").read_text())
+    return done.stdout, done.stderr, json.loads((workspace / out).read_text())
+
+
+@pytest.fixture(scope="module")
+def piped(on_terminal, workspace, tracking_uri, env):
+    """The second run (policy config changed), stdout and stderr to pipes."""
+    return piped_run(workspace, tracking_uri, env, "second.json", "dpo.beta=0.2")
 
 
 @pytest.fixture(scope="module")
 def rejected(piped, workspace, tracking_uri, env):
     """A third run whose policy cannot pass (its gates ask for more judged rows than exist), piped."""
-    done = subprocess.run(
-        run_command(tracking_uri, "third.json", "dpo.beta=0.3", "promotion.min_judged_rows=100000"),
-        cwd=workspace,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    stdout, _, summary = piped_run(
+        workspace, tracking_uri, env, "third.json", "dpo.beta=0.3", "promotion.min_judged_rows=100000"
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout, json.loads((workspace / "third.json").read_text())
+    return stdout, summary
 
 
 def summary_artifact(summary: dict) -> str:
