@@ -118,17 +118,17 @@ def start_model(stage_result: dict[str, Any], config: PipelineConfig) -> str:
     return str(built) if (built / "config.json").exists() else resolve_model_source(config.model.name)
 
 
-def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
-    """What the policy is judged against: its SFT model, or (``evaluation.reference: base``, or
-    no SFT) the model the chain started from."""
-    if sft is not None and config.evaluation.reference == "sft":
-        return sft["model_dir"]
-    return start_model(sft or policy, config)
-
-
 def rl_start(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
     """The model the RL stage started from: its SFT model, else the model the chain began with."""
     return sft["model_dir"] if sft is not None else start_model(policy, config)
+
+
+def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
+    """What the policy is judged against: where its RL stage started (``evaluation.reference:
+    sft``), or the model the chain started from (``base``)."""
+    if config.evaluation.reference == "sft":
+        return rl_start(config, sft, policy)
+    return start_model(sft or policy, config)
 
 
 class Stages:
