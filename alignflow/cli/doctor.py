@@ -240,6 +240,8 @@ def check_training(config: Any, gpu_count: int) -> list[Check]:
         )
     if config.model.dtype == "bfloat16" and gpu_count == 0:
         checks.append(check_cpu_bf16())
+    if config.model.dtype == "fastest" and gpu_count == 0:
+        checks.append(check_cpu_fastest())
     if config.orchestration.num_processes > 1:
         checks.append(check_accelerate(config.orchestration, gpu_count))
     return checks
@@ -248,21 +250,27 @@ def check_training(config: Any, gpu_count: int) -> list[Check]:
 def check_cpu_bf16() -> Check:
     """bf16 weights on a CPU: fast with bf16 matrix units (AMX, AVX512-BF16), emulated and slow
     without them, though still correct."""
-    import torch
+    from alignflow.models.factory import cpu_bf16_units
 
-    units = [
-        name
-        for name, probe in (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported"))
-        if getattr(torch.cpu, probe, lambda: False)()
-    ]
+    units = cpu_bf16_units()
     return Check(
         "bf16 on CPU",
         bool(units),
         f"model.dtype bfloat16: {' and '.join(units)} on this CPU"
         if units
-        else "model.dtype bfloat16, but this CPU has no bf16 matrix units (AMX, AVX512-BF16): emulated, slow",
-        "set model.dtype=float32 on this machine (same results, more memory)",
+        else "model.dtype bfloat16, but this CPU has no bf16 matrix units (AMX, AVX512-BF16): emulated, "
+        "tens of times slower than fp32",
+        "set model.dtype=fastest (bf16 where the CPU has the units, else fp32) or float32",
     )
+
+
+def check_cpu_fastest() -> Check:
+    """Which dtype ``model.dtype: fastest`` resolves to on this CPU, so the run's speed is expected."""
+    from alignflow.models.factory import cpu_bf16_units
+
+    units = cpu_bf16_units()
+    said = f"bf16 ({' and '.join(units)})" if units else "fp32 (no bf16 matrix units: AMX, AVX512-BF16)"
+    return Check("dtype on CPU", True, f"model.dtype fastest: {said} on this CPU")
 
 
 def check_accelerate(orchestration: Any, gpu_count: int) -> Check:

@@ -118,8 +118,21 @@ def test_bf16_weights_on_a_cpu_without_bf16_units_are_flagged(monkeypatch):
     for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
         monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
     (flagged,) = check_training(config, gpu_count=0)
-    assert not flagged.ok and "emulated" in flagged.detail and "model.dtype=float32" in flagged.fix
+    assert not flagged.ok and "emulated" in flagged.detail and "model.dtype=fastest" in flagged.fix
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     (fine,) = check_training(config, gpu_count=0)
     assert fine.ok and "AVX512-BF16" in fine.detail
     assert check_training(load_config(None, []), gpu_count=0) == [], "fp32 needs no check"
+
+
+def test_fastest_dtype_says_what_it_resolves_to_on_this_cpu(monkeypatch):
+    import torch
+
+    config = load_config(None, ["model.dtype=fastest"])
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
+    (plain,) = check_training(config, gpu_count=0)
+    assert plain.ok and "fp32" in plain.detail
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    (amx,) = check_training(config, gpu_count=0)
+    assert amx.ok and "bf16 (AMX)" in amx.detail

@@ -23,3 +23,29 @@ def test_tiny_model_is_deterministic(tmp_path, demo_records):
     wb, _ = load_causal_lm(b)
     for pa, pb in zip(wa.parameters(), wb.parameters(), strict=True):
         assert torch.equal(pa, pb)
+
+
+def _cpu_units(monkeypatch, amx: bool, avx512_bf16: bool) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+
+
+def test_fastest_dtype_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch):
+    import torch
+
+    from alignflow.models.factory import inference_dtype, select_dtype, trl_model_init_kwargs
+    from alignflow.models.model_config import ModelSpec
+
+    fastest, auto = ModelSpec(dtype="fastest"), ModelSpec(dtype="auto")
+    _cpu_units(monkeypatch, amx=False, avx512_bf16=False)  # AVX2 only: bf16 would be emulated
+    assert select_dtype(fastest) == torch.float32 and inference_dtype(fastest) == torch.float32
+    assert trl_model_init_kwargs(fastest)["dtype"] == "float32"
+    _cpu_units(monkeypatch, amx=False, avx512_bf16=True)
+    assert select_dtype(fastest) == torch.bfloat16 and trl_model_init_kwargs(fastest)["dtype"] == "bfloat16"
+    _cpu_units(monkeypatch, amx=True, avx512_bf16=False)
+    assert inference_dtype(fastest) == torch.bfloat16
+    # 'auto' keeps fp32 on every CPU: the demo's numerics do not depend on the machine's units
+    assert select_dtype(auto) == torch.float32 and inference_dtype(auto) is None
