@@ -6,8 +6,8 @@
   the Artifacts page keeps one history per project, the newest on top.
 - MLflow: the gate table (``eval/gates.json``, an ``mlflow.log_table`` artifact) on the
   run's evaluate run (the cache-hit run standing for it when the evaluation came from the
-  cache; the promote run when there is neither), and the command's log file (``logs/``)
-  on the parent run.
+  cache; the promote run when there is neither), the training stages' learning curves
+  (``plots/learning_curves.png``) and the command's log file (``logs/``) on the parent run.
 
 Publishing never fails a finished run: a problem is logged and the run's result stands.
 """
@@ -208,6 +208,36 @@ def _log_file_to_parent(summary: dict[str, Any]) -> None:
     MlflowClient(summary["tracking_uri"]).log_artifact(summary["parent_run_id"], str(path), "logs")
 
 
+TRAINING_STAGES = ("sft", "reward", "policy")
+LEARNING_CURVES = "learning_curves.png"
+
+
+def log_learning_curves(summary: dict[str, Any]) -> str | None:
+    """The training stages' learning curves as one PNG (``plots/learning_curves.png``) on the
+    parent run; a stage reused from the cache draws the curves of the run that trained it."""
+    uri, parent = summary.get("tracking_uri"), summary.get("parent_run_id")
+    run_ids = {
+        s["name"]: s["run_id"]
+        for s in summary.get("stages", [])
+        if s["name"] in TRAINING_STAGES and s.get("run_id")
+    }
+    if not uri or not parent or not run_ids:
+        return None
+    import tempfile
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    from alignflow.evaluation.plots import plot_learning_curves
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = plot_learning_curves(uri, run_ids, Path(tmp) / LEARNING_CURVES)
+        if path is None:
+            return None
+        MlflowClient(uri).log_artifact(parent, str(path), "plots")
+    return f"plots/{LEARNING_CURVES}"
+
+
 def publish_run_artifacts(summary: RunSummary | dict[str, Any]) -> None:
     """Prefect's summary and stage table, the gate table and the log file in MLflow."""
     data = summary.to_dict() if isinstance(summary, RunSummary) else summary
@@ -215,6 +245,7 @@ def publish_run_artifacts(summary: RunSummary | dict[str, Any]) -> None:
     for what, publish in (
         ("Prefect artifacts", lambda: _publish_prefect(data, gates)),
         ("MLflow gate table", lambda: log_gate_table(data, gates)),
+        ("learning curves", lambda: log_learning_curves(data)),
         ("log file", lambda: _log_file_to_parent(data)),
     ):
         try:

@@ -84,27 +84,55 @@ def plot_win_rates(bars: Sequence[WinRateBar], path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def plot_training_curves(
-    tracking_uri: str, run_ids: Mapping[str, str], path: str | Path, prefix: str = "train/"
-) -> Path:
-    """Every metric under ``prefix`` of each run, against its step, from MLflow's history."""
+# what a learning curve shows of a trainer's logs, in order: the objective, the reward it
+# climbs (GRPO/PPO), the preference accuracy and margin (DPO, reward models), held-out loss
+CURVE_KEYS = (
+    "train/loss",
+    "train/reward",
+    "train/rewards/accuracies",
+    "train/rewards/margins",
+    "train/accuracy",
+    "train/kl",
+    "eval/loss",
+    "eval/accuracy",
+)
+
+
+def _history(client, run_id: str, key: str) -> tuple[list[int], list[float]]:
+    points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+    return [m.step for m in points], [m.value for m in points]
+
+
+def learning_curves(tracking_uri: str, run_ids: Mapping[str, str]) -> list[tuple[str, str, list, list]]:
+    """(stage, metric, steps, values) of each stage run's :data:`CURVE_KEYS` that it logged at
+    two steps or more (a single point is not a curve)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    curves: dict[str, list[tuple[str, list[int], list[float]]]] = {}
-    for label, run_id in run_ids.items():
-        for key in sorted(client.get_run(run_id).data.metrics):
-            if key.startswith(prefix):
-                history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
-                curves.setdefault(key, []).append(
-                    (label, [m.step for m in history], [m.value for m in history])
-                )
-    fig, axes = plt.subplots(max(len(curves), 1), 1, figsize=(6, 2.5 * max(len(curves), 1)), squeeze=False)
-    for ax, (key, lines) in zip(axes[:, 0], sorted(curves.items()), strict=False):
-        for label, steps, values in lines:
-            ax.plot(steps, values, label=label)
-        ax.set(title=key, xlabel="step")
-        ax.legend()
+    curves = []
+    for stage, run_id in run_ids.items():
+        logged = client.get_run(run_id).data.metrics
+        for key in (k for k in CURVE_KEYS if k in logged):
+            steps, values = _history(client, run_id, key)
+            if len(steps) >= 2:
+                curves.append((stage, key, steps, values))
+    return curves
+
+
+def plot_learning_curves(tracking_uri: str, run_ids: Mapping[str, str], path: str | Path) -> Path | None:
+    """One panel per stage and metric (loss, reward, accuracy ... against the trainer's step),
+    read back from MLflow's history of each stage run; None when no stage logged a curve."""
+    curves = learning_curves(tracking_uri, run_ids)
+    if not curves:
+        return None
+    columns = min(len(curves), 2)
+    rows = -(-len(curves) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 2.6 * rows), squeeze=False)
+    for ax, (stage, key, steps, values) in zip(axes.flat, curves, strict=False):
+        ax.plot(steps, values, marker="." if len(steps) < 30 else None)
+        ax.set(title=f"{stage}: {key}", xlabel="step")
+    for ax in list(axes.flat)[len(curves) :]:
+        ax.set_visible(False)
     return _save(fig, path)
 
 

@@ -158,8 +158,30 @@ def test_report_plots_and_mlflow_logging(tmp_path, eval_records, scorer):
         (tmp_path / "art" / run.info.run_id / "artifacts" / "eval" / "samples.json").read_text()
     )
     assert table["columns"] == ["prompt", "policy", "reference"]
-    curves = plots.plot_training_curves(uri, {"sft": run.info.run_id}, tmp_path / "curves.png")
-    assert curves.stat().st_size > 1000
+    curves = plots.plot_learning_curves(uri, {"sft": run.info.run_id}, tmp_path / "curves.png")
+    assert curves is not None and curves.stat().st_size > 1000
+
+
+def test_learning_curves_are_the_logged_histories_of_each_stage(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = mlflow.MlflowClient(uri)
+    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    sft, policy, empty = (client.create_run(experiment).info.run_id for _ in range(3))
+    for step, loss in [(2, 1.0), (0, 3.0), (1, 2.0)]:
+        client.log_metric(sft, "train/loss", loss, step=step)
+    for step, reward in enumerate([0.2, 0.5]):
+        client.log_metric(policy, "train/reward", reward, step=step)
+    client.log_metric(policy, "eval/loss", 0.4, step=2)  # one point: not a curve
+    client.log_metric(policy, "train/grad_norm", 1.0, step=1)  # not a learning curve
+    client.log_metric(empty, "train/loss", 1.0, step=0)
+
+    curves = plots.learning_curves(uri, {"sft": sft, "policy": policy, "reward": empty})
+    assert [(stage, key, steps, values) for stage, key, steps, values in curves] == [
+        ("sft", "train/loss", [0, 1, 2], [3.0, 2.0, 1.0]),
+        ("policy", "train/reward", [0, 1], [0.2, 0.5]),
+    ]
+    assert plots.plot_learning_curves(uri, {"reward": empty}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_the_win_rate_plot_draws_rates_with_their_intervals_never_counts(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.evaluation.plots import learning_curves
 from alignflow.registry.decision_card import outcome_statement
 from alignflow.registry.runs import child_runs
 from flows.artifacts import GATES_TABLE, artifact_key
@@ -263,6 +264,12 @@ def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped,
     parent = client.get_run(summary["parent_run_id"])
     assert any(k.startswith("system/") for k in parent.data.metrics), "system metrics are on"
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "logs")], "the run's log file"
+    curves = [a.path for a in client.list_artifacts(parent.info.run_id, "plots")]
+    assert curves == ["plots/learning_curves.png"], curves
+    trained = {s["name"]: s["run_id"] for s in summary["stages"] if s["name"] in ("sft", "reward", "policy")}
+    drawn = {(stage, key) for stage, key, _, _ in learning_curves(tracking_uri, trained)}
+    # the reward model came from the cache: its curve is the history of the run that trained it
+    assert ("reward", "train/loss") in drawn and {s for s, _ in drawn} == {"sft", "reward", "policy"}, drawn
 
 
 def test_the_summary_of_a_stopped_run_says_why_and_gates_without_details_keep_their_description():
