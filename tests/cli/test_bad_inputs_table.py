@@ -87,8 +87,8 @@ ROWS = [
     Bad(
         ("promote", "--tracking-uri", "sqlite:///mlflow.db"),
         2,
-        "no registered model 'alignflow-demo-policy' in sqlite:///mlflow.db",
-        "`alignflow run` registers",
+        "no MLflow tracking store at sqlite:///mlflow.db",
+        "`alignflow run` here makes one",
     ),
     Bad(("rollback", "--set", "projectt=x"), 2, "--set projectt=x", "did you mean project?"),
     Bad(
