@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict, get_args
 
@@ -97,50 +98,67 @@ class ConfigError(InputError):
     (``--set dpo.betaa=0.2``, or the file with line and column), what is wrong and the fix."""
 
 
-def _parse_override(item: str) -> tuple[list[str], Any]:
+def set_flag(item: str) -> str:
+    """How the command line names an override in a message: as the user typed it."""
+    return f"--set {item}"
+
+
+OverrideNamer = Callable[[str], str]  # an override ``key=value`` -> how its source is named
+
+
+def _parse_override(item: str, named: OverrideNamer = set_flag) -> tuple[list[str], Any]:
     if "=" not in item:
-        raise ConfigError(f"--set {item}: not key=value; write it as --set section.key=value")
+        raise ConfigError(f"{named(item)}: not key=value; write it as --set section.key=value")
     key, raw = item.split("=", 1)
     if not key.strip():
-        raise ConfigError(f"--set {item}: the key is empty; write it as --set section.key=value")
+        raise ConfigError(f"{named(item)}: the key is empty; write it as --set section.key=value")
     try:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or "not a YAML value"
-        raise ConfigError(f"--set {item}: cannot parse the value: {problem}; quote it if it is text") from exc
+        raise ConfigError(
+            f"{named(item)}: cannot parse the value: {problem}; quote it if it is text"
+        ) from exc
     return key.strip().split("."), value
 
 
 def apply_overrides(
-    data: dict[str, Any], overrides: list[str], set_by: dict[tuple[str, ...], str] | None = None
+    data: dict[str, Any],
+    overrides: list[str],
+    set_by: dict[tuple[str, ...], str] | None = None,
+    named: OverrideNamer = set_flag,
 ) -> dict[str, Any]:
     """Set dotted keys in a nested dict; values are parsed as YAML scalars. ``set_by``, when
-    given, records which override set each dotted key (error messages name it)."""
+    given, records which override set each dotted key, as ``named`` names it (messages say it)."""
     for item in overrides:
-        path, value = _parse_override(item)
+        path, value = _parse_override(item, named)
         node = data
         for depth, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 where = ".".join(path[: depth + 1])
                 raise ConfigError(
-                    f"--set {item}: {where} is a value, not a section; set {where}=VALUE instead"
+                    f"{named(item)}: {where} is a value, not a section; set {where}=VALUE instead"
                 )
             node = child
         node[path[-1]] = value
         if set_by is not None:
-            set_by[tuple(path)] = item
+            set_by[tuple(path)] = named(item)
     return data
 
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, named: OverrideNamer = set_flag
+) -> PipelineConfig:
     """Read a YAML config and apply overrides; with no ``path``, the embedded default: the demo.
 
     The demo is the one configuration known to train a policy that can do its task on any
-    machine in minutes, so a bare ``alignflow run`` never crowns an untrained model.
+    machine in minutes, so a bare ``alignflow run`` never crowns an untrained model. ``named``
+    says how an error names an override: ``--set k=v`` on the command line, the request's
+    field in the HTTP API.
     """
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
@@ -159,7 +177,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of sections (section: {{key: value}})")
     set_by: dict[tuple[str, ...], str] = {}
-    data = apply_overrides(data, overrides or [], set_by)
+    data = apply_overrides(data, overrides or [], set_by, named)
     located = _Located(path, text, set_by)
     unknown = sorted(set(data) - set(PipelineConfig.model_fields) - set(config_sections()))
     if unknown:
@@ -241,7 +259,8 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 
 
 class _Located:
-    """Where each key of a loaded config came from: an override, or a line of the file."""
+    """Where each key of a loaded config came from: an override (``set_by``: as it is named in
+    messages), or a line of the file."""
 
     def __init__(self, path: Path, text: str, set_by: dict[tuple[str, ...], str]):
         self.path, self.text, self.set_by = path, text, set_by
@@ -256,15 +275,15 @@ class _Located:
         keys = tuple(str(part) for part in loc)
         for path, item in reversed(self.set_by.items()):  # the last override of a key wins
             if keys[: len(path)] == path:
-                return f"--set {item}"
+                return item
         inside = [(path, item) for path, item in self.set_by.items() if path[: len(keys)] == keys]
         for path, item in reversed(inside):
             if ".".join(path) in message:
-                return f"--set {item}"
+                return item
         position, found = self._position(loc)
         if inside and not found:
-            return f"--set {inside[-1][1]}"
-        return position + (f" (with --set {inside[-1][1]})" if inside else "")
+            return inside[-1][1]
+        return position + (f" (with {inside[-1][1]})" if inside else "")
 
     def _position(self, loc: tuple[Any, ...]) -> tuple[str, bool]:
         """``file:line:column`` of the deepest key of ``loc`` that the file holds, and whether

@@ -11,6 +11,8 @@ import os
 
 import typer
 
+from alignflow.cli.errors import OneLineUsageErrors
+
 
 def _flags_take_no_value() -> None:
     """Help shows a flag (``--force``, ``--help``) bare: Typer 0.29 labels every option with
@@ -31,6 +33,7 @@ _flags_take_no_value()
 app = typer.Typer(
     name="alignflow",
     help="Preference training of language models as tracked, versioned, gated pipelines.",
+    cls=OneLineUsageErrors,  # an unknown option or missing argument: one error line, as any bad input
     no_args_is_help=True,
     add_completion=False,
     # help is Markdown: a docstring's lines join into paragraphs however the source wraps

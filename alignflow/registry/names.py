@@ -8,12 +8,40 @@ registers ``alignflow-demo-reward``), which the list of registered names makes o
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
+from urllib.parse import urlparse
 
 SHOWN_NAMES = 20  # a registry may hold hundreds; the message lists the first ones
 
 
 class UnknownModelError(LookupError):
     """The registry holds no model of that name (the message lists the names it does hold)."""
+
+
+class NoTrackingStore(UnknownModelError):
+    """The tracking URI names a local store that is not there: no model can be registered in it."""
+
+
+def local_store_path(tracking_uri: str) -> Path | None:
+    """The file or folder a local tracking URI names (``sqlite:///mlflow.db``, ``file:``, a bare
+    path), where MLflow would create an empty store on first use; None for a server or database."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri.removeprefix("sqlite:///"))
+    scheme = urlparse(tracking_uri).scheme
+    if scheme == "file":
+        return Path(urlparse(tracking_uri).path)
+    return Path(tracking_uri) if scheme == "" else None
+
+
+def require_store(tracking_uri: str) -> None:
+    """Raise :class:`NoTrackingStore` when a local store is missing: a read-only look (promote,
+    rollback, eval of ``models:/``) must not leave an empty ``mlflow.db`` or ``mlruns/`` behind."""
+    path = local_store_path(tracking_uri)
+    if path is not None and not path.exists():
+        raise NoTrackingStore(
+            f"no MLflow tracking store at {tracking_uri} ({path.resolve()} does not exist); "
+            "`alignflow run` here makes one, or point at yours with --tracking-uri or MLFLOW_TRACKING_URI"
+        )
 
 
 def registered_model_names(tracking_uri: str) -> list[str]:
@@ -56,7 +84,9 @@ def unknown_model_message(name: str, tracking_uri: str, names: list[str]) -> str
 
 
 def require_registered(tracking_uri: str, name: str) -> None:
-    """Raise :class:`UnknownModelError` naming the registered models when ``name`` is not one."""
+    """Raise :class:`UnknownModelError` naming the registered models when ``name`` is not one
+    (:class:`NoTrackingStore` when there is no store to hold it)."""
+    require_store(tracking_uri)
     if not _is_registered(tracking_uri, name):
         names = registered_model_names(tracking_uri)
         raise UnknownModelError(unknown_model_message(name, tracking_uri, names))

@@ -8,18 +8,20 @@ client alike.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager, suppress
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel
 
 from alignflow.service.ab import CHALLENGER, CHAMPION, AliasCache, assign_arm, hashed_user, online_out
 from alignflow.service.auth import Principal, authenticate, bearer_scheme, require_agent
@@ -124,9 +126,33 @@ def _content_type_hint(request: Request) -> str:
     return f"the body was not read as JSON (Content-Type: {sent}); send the header {JSON_CONTENT_TYPE}"
 
 
+def _body_models(annotation: Any) -> list[type[BaseModel]]:
+    """The request models a body annotation may hold (through ``X | None`` and tagged unions)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _body_models(arg)]
+
+
+def _body_fields(request: Request) -> list[str]:
+    """The JSON fields the route's body accepts, spelt as on the wire (``batchSize``)."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    models = _body_models(body.field_info.annotation) if body is not None else []
+    return sorted({field.alias or name for model in models for name, field in model.model_fields.items()})
+
+
+def _message(error: Mapping[str, Any], request: Request) -> str:
+    """pydantic's message; an unknown body field also gets the closest field this request has."""
+    message = str(error.get("msg", ""))
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") != "extra_forbidden" or not loc or loc[0] != "body":
+        return message
+    close = difflib.get_close_matches(str(loc[-1]), _body_fields(request), n=1)
+    return f"not a field of this request; did you mean {close[0]}?" if close else message
+
+
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     raw = exc.errors()
-    errors = [{"field": _field_name(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in raw]
+    errors = [{"field": _field_name(tuple(e.get("loc", ()))), "message": _message(e, request)} for e in raw]
     if _unparsed_body(raw):
         hint = _content_type_hint(request)
         errors = [{**e, "message": f"{e['message']}: {hint}"} if e["field"] == "body" else e for e in errors]

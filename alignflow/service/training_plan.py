@@ -9,10 +9,13 @@ is validated here, so a request that cannot train is a 422 before any job exists
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from alignflow.config import ConfigError, PipelineConfig, load_config
+from pydantic.alias_generators import to_camel
+
+from alignflow.config import ConfigError, OverrideNamer, PipelineConfig, load_config, set_flag
 from alignflow.service.schemas import TrainPolicyIn
 from alignflow.service.settings import ServiceSettings
 from alignflow.training.feedback_plan import FeedbackCounts, FeedbackPlan, PlanError, plan_for
@@ -62,19 +65,44 @@ class JobPlan:
         }
 
 
+def _request_fields(body: TrainPolicyIn, algorithm: str) -> dict[str, str]:
+    """Pipeline-config key -> the request field that sets it (only the fields it sets)."""
+    fields = {
+        "model.name": "base_model",
+        "model.lora.enabled": "use_lora",
+        "model.lora.r": "lora_r",
+        "model.lora.alpha": "lora_alpha",
+        "model.lora.dropout": "lora_dropout",
+        f"{algorithm}.per_device_train_batch_size": "batch_size",
+        f"{algorithm}.max_steps": "max_steps",
+        f"{algorithm}.learning_rate": "learning_rate",
+    }
+    return {key: field for key, field in fields.items() if getattr(body, field) is not None}
+
+
 def request_overrides(body: TrainPolicyIn, algorithm: str) -> list[str]:
     """The request's fields as pipeline-config overrides (only those it sets)."""
-    fields = {
-        "model.name": body.base_model,
-        "model.lora.enabled": body.use_lora,
-        "model.lora.r": body.lora_r,
-        "model.lora.alpha": body.lora_alpha,
-        "model.lora.dropout": body.lora_dropout,
-        f"{algorithm}.per_device_train_batch_size": body.batch_size,
-        f"{algorithm}.max_steps": body.max_steps,
-        f"{algorithm}.learning_rate": body.learning_rate,
-    }
-    return [f"{key}={_yaml_scalar(value)}" for key, value in fields.items() if value is not None]
+    return [
+        f"{key}={_yaml_scalar(getattr(body, field))}"
+        for key, field in _request_fields(body, algorithm).items()
+    ]
+
+
+def _as_sent(body: TrainPolicyIn, field: str) -> str:
+    """A request field as the client wrote it in the JSON body (``batchSize=3``)."""
+    return f"request field {to_camel(field)}={json.dumps(getattr(body, field))}"
+
+
+def override_sources(settings: ServiceSettings, plan: FeedbackPlan, body: TrainPolicyIn) -> OverrideNamer:
+    """How a config error names each override of a job: a client knows its request's fields,
+    not ``--set``; the feedback plan's choices and the service's own ``--set`` are said as such."""
+    names = {item: f"alignflow api {set_flag(item)}" for item in settings.pipeline_overrides}
+    names |= {item: f"the feedback plan's {item}" for item in plan.overrides()}
+    if body.algorithm is not None:
+        names[f"policy.algorithm={plan.algorithm}"] = _as_sent(body, "algorithm")
+    for key, field in _request_fields(body, plan.algorithm).items():
+        names[f"{key}={_yaml_scalar(getattr(body, field))}"] = _as_sent(body, field)
+    return lambda item: names.get(item, set_flag(item))
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -103,7 +131,9 @@ def plan_job(settings: ServiceSettings, body: TrainPolicyIn, counts: FeedbackCou
         check_base_model(body.base_model)
     overrides = (*settings.pipeline_overrides, *plan.overrides(), *request_overrides(body, plan.algorithm))
     try:
-        config = load_config(settings.pipeline_config, list(overrides))
+        config = load_config(
+            settings.pipeline_config, list(overrides), override_sources(settings, plan, body)
+        )
     except ConfigError as exc:
         raise JobPlanError(f"this request makes an invalid training config: {exc}") from exc
     return JobPlan(plan=plan, overrides=overrides, config=config)

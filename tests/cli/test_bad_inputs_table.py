@@ -2,9 +2,9 @@
 
 Every row fails before any training: a misspelt or malformed config key (from ``--set`` or a
 file, with its line and column), a missing file, an unknown format or stage, a row cut off
-mid-JSON, a bad token. The answer is one ``error:`` line (for failed validation: the row's
-line with file:row and column) on exit 2 (1 for failed validation), with no traceback and
-no library report.
+mid-JSON, a bad token, an unknown option or a missing argument (click's usage errors). The
+answer is one ``error:`` line (for failed validation: the row's line with file:row and
+column) on exit 2 (1 for failed validation), with no traceback and no library report.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ ROWS = [
     Bad(
         ("promote", "--tracking-uri", "sqlite:///mlflow.db"),
         2,
-        "no registered model 'alignflow-demo-policy' in sqlite:///mlflow.db",
-        "`alignflow run` registers",
+        "no MLflow tracking store at sqlite:///mlflow.db",
+        "`alignflow run` here makes one",
     ),
     Bad(("rollback", "--set", "projectt=x"), 2, "--set projectt=x", "did you mean project?"),
     Bad(
@@ -102,6 +102,17 @@ ROWS = [
     ),
     Bad(("api",), 2, "ALIGNFLOW_API_TOKEN", "make one with", env={"ALIGNFLOW_API_TOKEN": "short"}),
     Bad(("api", "--token", "short"), 2, "--token", "make one with"),
+    # click's usage errors: the same one line, the command's --help as the fix
+    Bad(("run", "--nope"), 2, "run --nope: no such option", "see `alignflow run --help`"),
+    Bad(("run", "--sed", "x=1"), 2, "run --sed: no such option", "did you mean --set?"),
+    Bad(("run", "--config"), 2, "run --config: requires an argument", "see `alignflow run --help`"),
+    Bad(("train", "--config"), 2, "train --config: no such option", "see `alignflow train --help`"),
+    Bad(("train", "dpo", "--config"), 2, "train dpo --config: requires an argument", "train dpo --help`"),
+    Bad(("traffic",), 2, "traffic: missing argument AGENT", "see `alignflow traffic --help`"),
+    Bad(("data", "validate"), 2, "data validate: missing argument PATH", "`alignflow data validate --help`"),
+    Bad(("promote", "--role", "x"), 2, "promote --role: 'x' is not one of", "`alignflow promote --help`"),
+    Bad(("data", "valdate"), 2, "data valdate: no such command", "did you mean validate?"),
+    Bad(("rn",), 2, "rn: no such command", "did you mean run? see `alignflow --help`"),
 ]
 
 
