@@ -8,7 +8,8 @@ Made from a workspace where the demo ran and one challenger was then rejected::
     make screenshots                            # python -m tools.screenshots
 
 It starts ``mlflow ui`` on the workspace's ``mlflow.db`` and ``prefect server start`` on
-the Prefect database the runs went to (``PREFECT_HOME``), each on a free loopback port,
+the Prefect database the runs went to (the workspace's ``.alignflow/prefect``, or the
+``PREFECT_HOME`` set), each on a free loopback port,
 opens the pages a person checks in headless Chromium (Debian's ``chromium``, driven over
 the DevTools protocol with the ``websockets`` client that Prefect already installs), waits
 for each page to show what it is taken for, and saves PNGs under ``docs/screenshots/``:
@@ -332,14 +333,16 @@ def prefect_pages(url: str, run_name: str, project: str) -> list[Page]:
 
 
 @contextmanager
-def prefect_ui() -> Iterator[str]:
+def prefect_ui(workspace: Path) -> Iterator[str]:
     """``prefect server start`` on a free loopback port, on the database the runs went to."""
     from alignflow.registry.server import free_port, stop_process_group, wait_until_healthy
+    from flows.environment import PREFECT_STATE
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_API_URL": f"{url}/api"}
     env.pop("PREFECT_API_URL", None)
+    env.setdefault("PREFECT_HOME", str(workspace.resolve() / PREFECT_STATE))  # as the CLI's runs
     with tempfile.TemporaryFile() as log:
         command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
         command += ["--port", str(port)]
@@ -376,7 +379,7 @@ def take(workspace: Path, out: Path, with_prefect: bool = True) -> list[Path]:
                 chrome.shoot(page, out / page.file)
                 saved.append(out / page.file)
         if with_prefect:
-            with prefect_ui() as url:
+            with prefect_ui(workspace) as url:
                 from prefect.settings import PREFECT_API_URL, temporary_settings
 
                 with temporary_settings(updates={PREFECT_API_URL: f"{url}/api"}):

@@ -23,6 +23,7 @@ console = Console()
 def render_summary(summary: dict[str, Any]) -> None:
     """The end-of-run table: stages, times, cache hits, key metrics, promotions, UI commands."""
     from alignflow.registry.decision_card import outcome_statement
+    from flows.environment import prefect_ui_command
     from flows.summary import key_metrics
 
     table = Table(title=f"alignflow run — {summary['project']}")
@@ -68,7 +69,7 @@ def render_summary(summary: dict[str, Any]) -> None:
     uri = summary.get("tracking_uri") or "sqlite:///mlflow.db"
     console.print("\nOpen the UIs:")
     console.print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
-    console.print("  prefect server start   # then browse http://127.0.0.1:4200")
+    console.print(f"  {prefect_ui_command()}", soft_wrap=True, highlight=False)
 
 
 def planned_stages(config: Any) -> list[str]:

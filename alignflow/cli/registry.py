@@ -44,16 +44,10 @@ def _require_model(uri: str, name: str) -> None:
 
 
 def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
-    """Recorded evaluation metrics of a version, else the metrics of the run that logged it."""
-    from mlflow import MlflowClient
-
+    """The metrics of the run that logged the version (its evaluation's, once it was judged)."""
     from alignflow.registry.promotion import recorded_metrics
 
-    metrics = recorded_metrics(uri, name, version)
-    if metrics:
-        return metrics
-    run_id = MlflowClient(uri).get_model_version(name, version).run_id
-    return dict(MlflowClient(uri).get_run(run_id).data.metrics) if run_id else {}
+    return recorded_metrics(uri, name, version)
 
 
 def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> list[str]:

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from mlflow import MlflowClient
+from mlflow.entities import Metric
 
 from alignflow.evaluation.intervals import BOUND_SUFFIXES, items_to_tell
 from alignflow.evaluation.metric_names import (
@@ -87,7 +89,7 @@ OUTCOME_REASON_TAG = "decision.reason"
 OUTCOME_FAILED_TAG = "decision.failed_gates"
 DECIDED_AT_TAG = "decision.decided_at"
 MAX_TAG_VALUE = 5000
-METRIC_TAG_PREFIX = "metric."
+SYSTEM_METRICS = "system/"  # MLflow's system metrics, on every run the CLI starts
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 SLICE_GATE = "slice_regression"
 RL_GAIN_GATE = "rl_gain"
@@ -519,22 +521,27 @@ def decide(
 
 
 def record_metrics(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> None:
-    """Keep the evaluation metrics on the version (``metric.<key>`` tags) for later re-judging."""
+    """Keep the metrics a version is judged on as metrics of the run that logged it, for later
+    re-judging: as version tags (``metric.*``, over a hundred) they buried the decision on
+    the version's page. Versions registered from one run share its metrics; a version
+    registered from no run keeps none."""
     client = MlflowClient(tracking_uri)
-    for key, value in metrics.items():
-        client.set_model_version_tag(
-            name, version, METRIC_TAG_PREFIX + key.replace("/", "."), repr(float(value))
-        )
+    run_id = client.get_model_version(name, version).run_id
+    if not run_id:
+        return
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(key, float(value), now, 0) for key, value in metrics.items()])
 
 
 def recorded_metrics(tracking_uri: str, name: str, version: str) -> dict[str, float]:
-    """The metrics stored by :func:`record_metrics`, keyed as the eval report keys them."""
-    tags = MlflowClient(tracking_uri).get_model_version(name, version).tags
-    return {
-        tag.removeprefix(METRIC_TAG_PREFIX).replace(".", "/"): float(value)
-        for tag, value in tags.items()
-        if tag.startswith(METRIC_TAG_PREFIX)
-    }
+    """The metrics of the run that logged the version (as :func:`record_metrics` keeps them),
+    less the machine's own (``system/*``: what registering cost, not what was judged)."""
+    client = MlflowClient(tracking_uri)
+    run_id = client.get_model_version(name, version).run_id
+    if not run_id:
+        return {}
+    metrics = client.get_run(run_id).data.metrics
+    return {key: value for key, value in metrics.items() if not key.startswith(SYSTEM_METRICS)}
 
 
 def _results_json(results: list[GateResult]) -> str:

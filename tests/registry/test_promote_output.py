@@ -17,11 +17,12 @@ NAME = "cli-policy"
 @pytest.fixture
 def champion_version(tmp_path) -> tuple[str, str]:
     """Version 1 of ``cli-policy``, already champion, with passing pinned-set metrics; no model
-    files are needed: promote reads the metrics recorded on the version."""
+    files are needed: promote reads the metrics of the run that logged the version."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
     client.create_registered_model(NAME)
-    version = client.create_model_version(NAME, (tmp_path / "model").as_uri()).version
+    run_id = client.create_run("0").info.run_id
+    version = client.create_model_version(NAME, (tmp_path / "model").as_uri(), run_id=run_id).version
     promotion.record_metrics(uri, NAME, str(version), FIRST_POLICY)
     # the pipeline trusted the champion reward model: its gates have the longest names
     client.set_model_version_tag(NAME, str(version), promotion.JUDGES_TAG, "champion_reward")
