@@ -99,8 +99,12 @@ CURVE_KEYS = (
 
 
 def _history(client, run_id: str, key: str) -> tuple[list[int], list[float]]:
-    points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
-    return [m.step for m in points], [m.value for m in points]
+    """A metric's values by step, the first logged at each step: a trainer's end-of-run
+    summary (TRL's ``train_loss``, the mean over the run) lands on its last step's key too."""
+    first: dict[int, float] = {}
+    for m in sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp)):
+        first.setdefault(m.step, m.value)
+    return list(first), list(first.values())
 
 
 def learning_curves(tracking_uri: str, run_ids: Mapping[str, str]) -> list[tuple[str, str, list, list]]:

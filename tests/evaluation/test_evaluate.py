@@ -168,7 +168,8 @@ def test_learning_curves_are_the_logged_histories_of_each_stage(tmp_path):
     experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
     sft, policy, empty = (client.create_run(experiment).info.run_id for _ in range(3))
     for step, loss in [(2, 1.0), (0, 3.0), (1, 2.0)]:
-        client.log_metric(sft, "train/loss", loss, step=step)
+        client.log_metric(sft, "train/loss", loss, step=step, timestamp=1000 + step)
+    client.log_metric(sft, "train/loss", 2.0, step=2, timestamp=2000)  # the run's mean, logged at its end
     for step, reward in enumerate([0.2, 0.5]):
         client.log_metric(policy, "train/reward", reward, step=step)
     client.log_metric(policy, "eval/loss", 0.4, step=2)  # one point: not a curve
