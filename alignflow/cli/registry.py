@@ -43,13 +43,6 @@ def _require_model(uri: str, name: str) -> None:
         raise typer.Exit(2) from None
 
 
-def _metrics_of(uri: str, name: str, version: str) -> dict[str, float]:
-    """The metrics of the run that logged the version (its evaluation's, once it was judged)."""
-    from alignflow.registry.promotion import recorded_metrics
-
-    return recorded_metrics(uri, name, version)
-
-
 def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> list[str]:
     """The judges the pipeline trusted for this version, else those independent of its run."""
     from mlflow import MlflowClient
@@ -140,7 +133,9 @@ def promote(
         decision = _human_decision(cfg, uri, db_url, version, dry_run)
         judges = list(decision.judges)
     else:
-        metrics = _metrics_of(uri, name, version)
+        from alignflow.registry.promotion import recorded_metrics
+
+        metrics = recorded_metrics(uri, name, version)
         judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
         if dry_run:
             champion = models.alias_version(uri, name, models.CHAMPION)
