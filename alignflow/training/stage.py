@@ -180,8 +180,8 @@ def train_and_finish(
     """The end every trainer-based stage shares: its held-out figures before (``eval/before_*``)
     and after (``eval/*``) training, training resumed from the last complete checkpoint, what
     ran (``train_loss``, ``global_step`` from the trainer's state) and what it cost, the model
-    saved and the result written. ``held_out`` measures them (default: the trainer's ``evaluate()`` on its
-    eval set, when it has one)."""
+    saved and the result written. ``held_out`` measures them (default: the trainer's
+    ``evaluate()`` on its eval set, when it has one)."""
 
     def evaluated() -> dict[str, float]:
         return held_out_metrics(trainer.evaluate()) if trainer.eval_dataset is not None else {}
