@@ -191,6 +191,7 @@ class Stages:
                 },
                 output={k: result[k] for k in ("model_dir", "report", "output_dir") if k in result},
                 run_id=result.get("run_id"),
+                cost={} if cached else dict(result.get("cost") or {}),
             )
         )
         logger.info("%s", stage_line(stage, cached, outcome.seconds, outcome.metrics))
@@ -397,6 +398,7 @@ def retrain(
             {
                 "pipeline/wall_seconds": summary.wall_seconds,
                 "pipeline/orchestration_overhead": summary.orchestration_overhead,
+                **summary.cost,
             }
         )
         mlflow.log_dict(summary.to_dict(), "summary.json")

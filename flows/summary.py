@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from alignflow.evaluation import metric_names as names
+from alignflow.evaluation.cost import totals
 
 # metric names that say how a trainer ran, not how good its model is: its timings (HF's
 # ``model_preparation_time``, the DPO reference pass's ``reference/*_seconds`` and cache hits)
@@ -87,6 +88,7 @@ class StageOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None  # the MLflow stage run that produced the result (an earlier one on a hit)
+    cost: dict[str, float] = field(default_factory=dict)  # cost/* this run spent on it (none on a hit)
 
 
 @dataclass
@@ -126,6 +128,11 @@ class RunSummary:
         return sum(s.compute_seconds for s in self.stages)
 
     @property
+    def cost(self) -> dict[str, float]:
+        """What the stages this run executed cost together (``cost/wall_seconds``, ...)."""
+        return totals(s.cost for s in self.stages)
+
+    @property
     def orchestration_overhead(self) -> float:
         """(flow wall time - stage compute time) / flow wall time."""
         if self.wall_seconds <= 0:
@@ -135,5 +142,6 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["compute_seconds"] = self.compute_seconds
+        data["cost"] = self.cost
         data["orchestration_overhead"] = self.orchestration_overhead
         return data

@@ -38,6 +38,8 @@ class JudgedOn:
     accepted_unjudged: str | None = None
     # a policy's RL stage against the model it started from, in one line (evaluation.rl_stage)
     rl_stage: str | None = None
+    # what the pipeline run cost and, for a policy, each +0.01 of its gain (evaluation.cost)
+    cost: str | None = None
 
 
 def _number(value: float | None, digits: str = ".4g") -> str:
@@ -149,8 +151,8 @@ def _run_link(run_id: str | None, experiment_id: str | None) -> str:
 
 
 def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str:
-    """The version page's description: sentence, gate table, what the RL stage added, judges,
-    versions, pipeline run."""
+    """The version page's description: sentence, gate table, what the RL stage added, what the
+    run cost, judges, versions, pipeline run."""
     lines = [
         f"**{decision_sentence(decision)}**",
         "",
@@ -158,6 +160,7 @@ def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str
         "",
         *(f"- `{r.name}`: {r.detail}" for r in decision.results if r.detail),  # the slice that broke
         *([f"- {judged_on.rl_stage}"] if judged_on.rl_stage else []),
+        *([f"- {judged_on.cost}"] if judged_on.cost else []),
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
         f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
         *(

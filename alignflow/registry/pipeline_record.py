@@ -20,6 +20,7 @@ from mlflow.entities import Run
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from pydantic import BaseModel
 
+from alignflow.evaluation.cost import totals
 from alignflow.evaluation.intervals import BOUND_SUFFIXES
 from alignflow.evaluation.metric_names import (
     GOLDEN,
@@ -32,7 +33,7 @@ from alignflow.evaluation.metric_names import (
     promoted_key,
 )
 from alignflow.registry import tracking
-from alignflow.registry.runs import stage_run
+from alignflow.registry.runs import child_runs, stage_run
 
 PIPELINE_TAG = "alignflow.pipeline"  # on a parent run: the flow that made it (its name no longer says)
 CACHE_HIT_TAG = "alignflow.cache_hit"  # on a stage run that only stands for a reused result
@@ -149,3 +150,17 @@ def cache_hit_run(
     with stage_run(tracking_uri, parent_run_id, stage, tags) as run:
         tracking.log_metrics(metrics or {})
     return run.info.run_id
+
+
+def run_cost(tracking_uri: str, parent_run_id: str) -> tuple[dict[str, float], list[str]]:
+    """What a pipeline run's stages cost together, as their runs logged it (``cost/*``), and
+    the stages the cache answered: each counted at what it cost the run that did the work,
+    since the model it handed on cost that much to make."""
+    client = MlflowClient(tracking_uri)
+    spent, reused = [], []
+    for run in child_runs(tracking_uri, parent_run_id):
+        producer = run.data.tags.get(REUSED_RUN_TAG)
+        if producer:
+            reused.append(run.info.run_name)
+        spent.append(client.get_run(producer).data.metrics if producer else run.data.metrics)
+    return totals(spent), sorted(reused)

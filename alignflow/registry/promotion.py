@@ -32,6 +32,7 @@ from typing import Any, Literal
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
+from alignflow.evaluation.cost import cost_line
 from alignflow.evaluation.intervals import BOUND_SUFFIXES, items_to_tell
 from alignflow.evaluation.metric_names import (
     ANSWERS,
@@ -68,6 +69,7 @@ from alignflow.registry.decision_card import (
     version_description,
 )
 from alignflow.registry.models import CHAMPION, version_by_alias
+from alignflow.registry.pipeline_record import run_cost
 from alignflow.registry.promotion_config import PromotionConfig
 
 # preference judges; "reward" is the challenger's own reward model and must earn its place
@@ -694,7 +696,20 @@ def judged_on(
         answers=int(_number(metrics, ANSWERS) or 0),
         accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
         rl_stage=rl_gain_line(metrics) if role == "policy" else None,
+        cost=cost_said(tracking_uri, pipeline, metrics, role) if pipeline else None,
     )
+
+
+def cost_said(
+    tracking_uri: str, pipeline_run_id: str, metrics: Mapping[str, float], role: Role
+) -> str | None:
+    """The pipeline run's cost, as its stage runs logged it; a policy's priced per +0.01 of
+    the gated task accuracy gain over the reference. None where no stage logged a cost."""
+    spent, reused = run_cost(tracking_uri, pipeline_run_id)
+    if not spent:
+        return None
+    gain = _number(metrics, TASK_ACCURACY_GAIN) if role == "policy" else None
+    return cost_line(spent, gain, reused)
 
 
 def describe_version(

@@ -54,6 +54,7 @@ from alignflow.training.stage import (
     finish_stage,
     require_length_fits,
     resolve_start_model,
+    trained_cost,
     trainer_arguments,
 )
 
@@ -359,6 +360,8 @@ def run_reward(
     train_pairs = rows_for(load_pairs(data_dir, "train"), config, "reward")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     base_args = trainer_arguments(stage, output_dir, spec, seed, has_eval=False)
+    # transformers counts the tokens trained: TRL's own count skips a pooling of ours and the heads
+    base_args.setdefault("include_num_input_tokens_seen", "non_padding")
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": spec.model_dump()})]
     lora = peft_config(spec, task_type="SEQ_CLS")
     metrics: dict[str, float] = {}
@@ -418,7 +421,8 @@ def run_reward(
     if stage.mode != "regression":  # ratings alone learn from no pair
         metrics["train/pairs_used"] = float(len(train_pairs))
     metrics.update(measure_and_save_meta(model_dir, stage, names, weights, train_pairs, eval_pairs, data_dir))
-    return finish_stage("reward", output_dir, model_dir, metrics, resumed_from)
+    cost = trained_cost(trainer, output)
+    return finish_stage("reward", output_dir, model_dir, metrics, resumed_from, cost)
 
 
 def set_aside_noisy_pairs(

@@ -31,6 +31,7 @@ import torch
 from alignflow import progress
 from alignflow.data.pairing import corpus_texts
 from alignflow.errors import InputError
+from alignflow.evaluation.cost import training_cost
 from alignflow.evaluation.metric_names import EVAL, before_key, eval_key
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
@@ -51,6 +52,7 @@ class StageResult:
     model_dir: str
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: str | None = None
+    cost: dict[str, float] = field(default_factory=dict)  # what its training ran: cost/tokens_trained...
 
     def write(self) -> Path:
         path = Path(self.output_dir) / RESULT
@@ -177,9 +179,9 @@ def train_and_finish(
 ) -> StageResult:
     """The end every trainer-based stage shares: its held-out figures before (``eval/before_*``)
     and after (``eval/*``) training, training resumed from the last complete checkpoint, what
-    ran (``train_loss``, ``global_step`` from the trainer's state), the model saved and the
-    result written. ``held_out`` measures them (default: the trainer's ``evaluate()`` on its
-    eval set, when it has one)."""
+    ran (``train_loss``, ``global_step`` from the trainer's state) and what it cost, the model
+    saved and the result written. ``held_out`` measures them (default: the trainer's
+    ``evaluate()`` on its eval set, when it has one)."""
 
     def evaluated() -> dict[str, float]:
         return held_out_metrics(trainer.evaluate()) if trainer.eval_dataset is not None else {}
@@ -190,19 +192,35 @@ def train_and_finish(
     figures["train_loss"] = output.training_loss
     figures["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
     figures.update(measure())
-    return finish_stage(name, output_dir, save_final_model(trainer, output_dir), figures, resumed_from)
+    model_dir = save_final_model(trainer, output_dir)
+    return finish_stage(name, output_dir, model_dir, figures, resumed_from, trained_cost(trainer, output))
+
+
+def trained_cost(trainer: Any, output: Any) -> dict[str, float]:
+    """What the trainer's ``train()`` ran (:func:`~alignflow.evaluation.cost.training_cost`),
+    its MFU over the seconds that call took; its device's name tagged on the active run."""
+    figures, tags = training_cost(trainer, float(output.metrics.get("train_runtime", 0.0)))
+    tracking.set_tags(tags)
+    return figures
 
 
 def finish_stage(
-    stage: str, output_dir: str | Path, model_dir: Path, metrics: Mapping[str, Any], resumed_from: str | None
+    stage: str,
+    output_dir: str | Path,
+    model_dir: Path,
+    metrics: Mapping[str, Any],
+    resumed_from: str | None,
+    cost: Mapping[str, float] | None = None,
 ) -> StageResult:
-    """Write ``result.json``, log final metrics and the model to the active MLflow run."""
+    """Write ``result.json``, log final metrics, ``cost`` (as it is named) and the model to the
+    active MLflow run."""
     clean = {
         k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
-    result = StageResult(stage, str(output_dir), str(model_dir), clean, resumed_from)
+    result = StageResult(stage, str(output_dir), str(model_dir), clean, resumed_from, dict(cost or {}))
     result.write()
     tracking.log_metrics({f"{stage}/{k}": v for k, v in clean.items()})
+    tracking.log_metrics(result.cost)
     tracking.set_tags({f"{stage}.resumed_from": resumed_from or "none"})
     if tracking.active():
         import mlflow

@@ -23,6 +23,7 @@ from alignflow.cli import app
 from alignflow.cli.pipeline import console, render_summary
 from alignflow.config import load_config
 from alignflow.data.versioning import current_version
+from alignflow.evaluation import cost
 from alignflow.evaluation import metric_names as names
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
 from alignflow.registry.pipeline_record import (
@@ -169,6 +170,37 @@ def test_a_version_page_explains_its_decision_and_the_promote_run_keeps_the_gate
     assert tables <= files
 
 
+def test_every_stage_run_logs_its_cost_the_parent_the_totals_and_the_version_page_its_price(first, server):
+    client = MlflowClient(server.url)
+    runs = stage_runs(server.url, first["parent_run_id"])
+    for name, run in runs.items():
+        assert run.data.metrics[cost.WALL_SECONDS] > 0 and run.data.metrics[cost.CPU_SECONDS] > 0, name
+    config = load_config(None, flow_overrides(server))
+    batches = {"sft": config.sft, "reward": config.reward, "policy": config.dpo}
+    for name, stage in batches.items():
+        metrics = runs[name].data.metrics
+        steps = metrics[f"{'dpo' if name == 'policy' else name}/global_step"]
+        rows = steps * stage.per_device_train_batch_size
+        assert metrics[cost.TOKENS_TRAINED] >= rows, "a token a row at least"
+        assert 0 < metrics[cost.MFU] < 1 and metrics[cost.PEAK_GFLOPS] > 0, name
+        assert runs[name].data.tags[cost.DEVICE_TAG], name
+    assert cost.TOKENS_TRAINED not in runs["evaluate"].data.metrics, "evaluation trains nothing"
+
+    parent = client.get_run(first["parent_run_id"]).data.metrics
+    spent = cost.totals(run.data.metrics for run in runs.values())
+    for key in (cost.WALL_SECONDS, cost.CPU_SECONDS, cost.TOKENS_TRAINED):
+        assert parent[key] == pytest.approx(spent[key]), key
+
+    # the page was written while the promote stage ran: the stages before it are its cost
+    before = cost.totals(run.data.metrics for name, run in runs.items() if name != "promote")
+    gain = runs["evaluate"].data.metrics[names.TASK_ACCURACY_GAIN]
+    policy_page = client.get_model_version("demo-policy", "1").description
+    assert f"- {cost.cost_line(before, gain)}\n" in policy_page
+    assert "CPU-minutes per +0.01 task accuracy over the reference" in policy_page
+    reward_page = client.get_model_version("demo-reward", "1").description
+    assert f"- {cost.cost_line(before)}\n" in reward_page, "the run's cost; its gain is the policy's"
+
+
 def test_unchanged_rerun_retrains_nothing(first, server, workspace):
     second = run_flow(server, workspace)
     assert second["data_version"] == first["data_version"]
@@ -274,6 +306,12 @@ def test_cached_stages_are_reused_when_only_the_policy_changes(first, server, wo
     assert hits["reward"].data.tags[REUSED_PIPELINE_TAG] == first["parent_run_id"]
     assert produced in hits["reward"].data.tags[MLFLOW_RUN_NOTE], "the description links the producer"
     assert hits["reward"].data.metrics == by_name["reward"]["metrics"], "its figures, side by side"
+    # this run paid for the policy's tokens only; its page counts the reused stages at their cost
+    parent = MlflowClient(server.url).get_run(worse["parent_run_id"]).data.metrics
+    policy_run = stage_runs(server.url, worse["parent_run_id"])["policy"]
+    assert parent[cost.TOKENS_TRAINED] == policy_run.data.metrics[cost.TOKENS_TRAINED]
+    said = next(line for line in rejected.description.splitlines() if line.startswith("- Cost: "))
+    assert f"({', '.join(sorted(hits))} reused from earlier runs, counted at what they cost there)" in said
     with console.capture() as shown:
         render_summary(worse)
     text = " ".join(shown.get().split())  # the console wraps at its width

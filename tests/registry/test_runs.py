@@ -64,3 +64,24 @@ def test_a_parent_run_reads_as_one_row_config_results_and_its_data(tmp_path):
     (dataset,) = run.inputs.dataset_inputs
     assert dataset.dataset.digest == md5 and str(tmp_path / "data") in dataset.dataset.source
     assert {t.key: t.value for t in dataset.tags}["mlflow.data.context"] == "training"
+
+
+def test_a_runs_cost_counts_a_cache_hit_at_what_it_cost_the_run_that_did_the_work(tmp_path):
+    from alignflow.evaluation.cost import CPU_SECONDS, TOKENS_TRAINED, WALL_SECONDS
+    from alignflow.registry.pipeline_record import cache_hit_run, run_cost
+
+    uri, art = f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "art")
+    sft_cost = {WALL_SECONDS: 60.0, CPU_SECONDS: 100.0, TOKENS_TRAINED: 5000.0}
+    with (
+        runs.pipeline_run(uri, "demo", "first", artifact_location=art) as first,
+        runs.stage_run(uri, first.info.run_id, "sft") as sft,
+    ):
+        mlflow.log_metrics(sft_cost)
+    with runs.pipeline_run(uri, "demo", "second", artifact_location=art) as second:
+        with runs.stage_run(uri, second.info.run_id, "policy"):
+            mlflow.log_metrics({WALL_SECONDS: 30.0, CPU_SECONDS: 50.0, TOKENS_TRAINED: 2000.0})
+        cache_hit_run(uri, second.info.run_id, "sft", sft.info.run_id, {"train_loss": 1.0})
+    spent, reused = run_cost(uri, second.info.run_id)
+    assert spent == {WALL_SECONDS: 90.0, CPU_SECONDS: 150.0, TOKENS_TRAINED: 7000.0}
+    assert reused == ["sft"]
+    assert run_cost(uri, first.info.run_id) == (sft_cost, [])
