@@ -13,6 +13,13 @@ Responses come in the demo's three tiers, shaped for this task:
 - ``sloppy``: the right number without the format, ``I think 42``;
 - ``wrong``: the working with a slip and a wrong number, in the format.
 
+A worked response is written in one of two styles, as people answer: most in one line
+(``direct``, as above), some step by step, the second number's tens first and then its ones
+(``stepwise``: ``17 + 25: 17 + 20 = 37, 37 + 5 = 42. The answer is 42.``). Both are right in
+the data, so SFT imitates both; a 135M model gets the carries right far more often in the
+stepwise style. Which style to use is learnt from outcomes, not from the data: that is
+the room this task leaves to reinforcement learning with a verifiable reward.
+
 A wrong answer is formatted here (unlike the demo) because the base model already states
 answers in the format: what separates good from bad responses is the arithmetic. Task
 accuracy is the demo's strict score: the stated ``The answer is N.`` must be right.
@@ -39,6 +46,8 @@ SUBTRACTION = (
     "A shelf holds {a} {things}. {name} takes {b} of them. How many {things} are still on the shelf?",
     "{name} had {a} {things} and lost {b}. How many {things} does {name} have now?",
 )
+# the share of worked responses written step by step (the rest: one line)
+STEPWISE_SHARE = 0.3
 # chosen is the best tier in most pairs: SFT on chosen learns the working, not the slips
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 _PAIR_WEIGHTS = (1, 3, 1)
@@ -65,7 +74,14 @@ class Problem:
         return f"{story} {INSTRUCTION}"
 
     def working(self, result: int) -> str:
+        """One line: ``a op b = result.``"""
         return f"{self.a} {self.op} {self.b} = {result}."
+
+    def stepwise_working(self, result: int) -> str:
+        """The tens of ``b`` first, then its ones; a slip (``result`` wrong) shows in the last step."""
+        tens, ones = self.b - self.b % 10, self.b % 10
+        partial = self.a + tens if self.op == "+" else self.a - tens
+        return f"{self.a} {self.op} {self.b}: {self.a} {self.op} {tens} = {partial}, {partial} {self.op} {ones} = {result}."
 
 
 def draw_problem(rng: random.Random, low: int = 10, high: int = 49) -> Problem:
@@ -88,16 +104,26 @@ def all_problems(n: int = 1200, seed: int = 0) -> list[Problem]:
     return list(seen.values())
 
 
+def worked(problem: Problem, result: int, style: str) -> str:
+    """The working in ``style`` (``direct`` or ``stepwise``) ending in ``result``, in the format."""
+    working = problem.stepwise_working(result) if style == "stepwise" else problem.working(result)
+    return f"{working} {format_answer(result)}"
+
+
+def draw_style(rng: random.Random) -> str:
+    return "stepwise" if rng.random() < STEPWISE_SHARE else "direct"
+
+
 def response(tier: str, problem: Problem, rng: random.Random) -> str:
     """A response of the given quality tier to ``problem``."""
     answer = problem.answer
     if tier == "best":
-        return f"{problem.working(answer)} {format_answer(answer)}"
+        return worked(problem, answer, draw_style(rng))
     if tier == "sloppy":
         return f"I think {answer}"
     # the slips a person (or a small model) makes: off by one, or a carry dropped or doubled
     wrong = answer + rng.choice([-10, -2, -1, 1, 2, 10])
-    return f"{problem.working(wrong)} {format_answer(wrong)}"
+    return worked(problem, wrong, draw_style(rng))
 
 
 def iter_pairs(problems: list[Problem], n: int, seed: int = 0) -> Iterator[dict]:

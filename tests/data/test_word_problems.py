@@ -39,3 +39,40 @@ def test_the_dataset_holds_out_enough_problems_for_a_pinned_set(tmp_path):
     chosen_right = sum(task_accuracy(row["chosen"], row["metadata"]["answer"]) for row in pairs)
     assert chosen_right / len(pairs) > 0.6, "SFT on chosen imitates worked answers in most pairs"
     assert all(task_accuracy(row["rejected"], row["metadata"]["answer"]) == 0.0 for row in pairs)
+
+
+def _steps(text: str) -> list[tuple[int, str, int, int]]:
+    """Every ``x op y = z`` in a response, as numbers."""
+    import re
+
+    return [(int(x), op, int(y), int(z)) for x, op, y, z in re.findall(r"(\d+) ([+-]) (\d+) = (-?\d+)", text)]
+
+
+def test_worked_answers_come_in_both_styles_and_every_step_of_a_right_one_is_right():
+    rng = random.Random(0)
+    problems = word_problems.all_problems(400, seed=5)
+    best = [(p, word_problems.response("best", p, rng)) for p in problems]
+    stepwise = [(p, text) for p, text in best if ":" in text]
+    share = len(stepwise) / len(best)
+    assert abs(share - word_problems.STEPWISE_SHARE) < 0.07, share
+    for problem, text in stepwise:
+        steps = _steps(text)
+        assert len(steps) == 2, text
+        for x, op, y, z in steps:
+            assert z == (x + y if op == "+" else x - y), f"a best answer with a wrong step: {text}"
+        assert steps[0][2] == problem.b - problem.b % 10 and steps[1][2] == problem.b % 10, text
+
+
+def test_a_wrong_stepwise_answer_slips_in_its_last_step_only():
+    rng = random.Random(1)
+    seen = 0
+    for problem in word_problems.all_problems(300, seed=6):
+        text = word_problems.response("wrong", problem, rng)
+        if ":" not in text:
+            continue
+        seen += 1
+        (x1, op1, y1, z1), (x2, op2, y2, z2) = _steps(text)
+        assert z1 == (x1 + y1 if op1 == "+" else x1 - y1), text
+        assert z2 != (x2 + y2 if op2 == "+" else x2 - y2), text
+        assert task_accuracy(text, problem.answer) == 0.0
+    assert seen > 50
