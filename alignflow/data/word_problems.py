@@ -81,7 +81,8 @@ class Problem:
         """The tens of ``b`` first, then its ones; a slip (``result`` wrong) shows in the last step."""
         tens, ones = self.b - self.b % 10, self.b % 10
         partial = self.a + tens if self.op == "+" else self.a - tens
-        return f"{self.a} {self.op} {self.b}: {self.a} {self.op} {tens} = {partial}, {partial} {self.op} {ones} = {result}."
+        first, second = f"{self.a} {self.op} {tens} = {partial}", f"{partial} {self.op} {ones} = {result}"
+        return f"{self.a} {self.op} {self.b}: {first}, {second}."
 
 
 def draw_problem(rng: random.Random, low: int = 10, high: int = 49) -> Problem:
