@@ -42,6 +42,7 @@ FEW_STEPS = [
     "grpo.max_steps=1",
     "grpo.save_steps=1",
     "grpo.per_device_train_batch_size=4",
+    "grpo.num_generations=4",
     "grpo.max_completion_length=8",
     "evaluation.max_new_tokens=8",
     "evaluation.max_prompts=16",
