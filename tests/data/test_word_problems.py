@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from alignflow.data import word_problems
 from alignflow.data.answers import task_accuracy
@@ -43,8 +44,6 @@ def test_the_dataset_holds_out_enough_problems_for_a_pinned_set(tmp_path):
 
 def _steps(text: str) -> list[tuple[int, str, int, int]]:
     """Every ``x op y = z`` in a response, as numbers."""
-    import re
-
     return [(int(x), op, int(y), int(z)) for x, op, y, z in re.findall(r"(\d+) ([+-]) (\d+) = (-?\d+)", text)]
 
 
