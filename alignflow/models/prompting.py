@@ -129,7 +129,9 @@ def generate(
 
     Prompts are left-padded so every row continues right where its prompt ends, and
     left-truncated where a model's position table leaves no room for ``max_new_tokens``
-    after them (:func:`prompt_batch`).
+    after them (:func:`prompt_batch`). Batches are drawn in order of prompt length, so a
+    batch of short prompts is not padded to one long conversation (on HH-RLHF's prompts
+    most of an unsorted batch was padding).
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -139,10 +141,12 @@ def generate(
         tokenizer.pad_token = tokenizer.eos_token
     device = next(model.parameters()).device
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
-    outputs: list[str] = []
+    outputs: dict[int, str] = {}
+    order = longest_first(tokenizer, prompts)
     try:
-        for start in range(0, len(prompts), batch_size):
-            batch = prompt_batch(tokenizer, prompts[start : start + batch_size], budget).to(device)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
             sample_args = (
                 {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
             )
@@ -154,7 +158,18 @@ def generate(
                 **sample_args,
             )
             new_tokens = ids[:, batch["input_ids"].shape[1] :]
-            outputs.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            answers = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            outputs.update(zip(rows, answers, strict=True))
     finally:
         model.train(was_training)
-    return outputs
+    return [outputs[i] for i in range(len(prompts))]
+
+
+def longest_first(tokenizer: Any, prompts: Sequence[Prompt]) -> list[int]:
+    """Indices of ``prompts`` by formatted token length, longest first (ties keep their order):
+    the first batch shows the peak memory, and each batch pads to similar lengths."""
+    if not prompts:
+        return []
+    encoded = tokenizer([format_prompt(tokenizer, p) for p in prompts], add_special_tokens=False)
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    return sorted(range(len(prompts)), key=lambda i: -lengths[i])
