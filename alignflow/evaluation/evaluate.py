@@ -8,7 +8,8 @@ texts alone; :func:`evaluate_policy` generates the completions first, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,32 @@ def generate_answers(model: Any, tokenizer: Any, prompts: list[Any], config: Eva
     )
 
 
+Complete = Callable[[Any, Any, list[Any]], list[str]]
+
+
+class RememberedAnswers:
+    """:func:`generate_answers` that generates each (model, prompt) once per evaluation: the
+    pinned set is frozen from the first eval split, so both often ask the same prompts (on
+    HH-RLHF all of them), and generation is most of an evaluation's time. Keyed by the model
+    object, so it lives only while those models do (one evaluation)."""
+
+    def __init__(self, config: EvaluationConfig) -> None:
+        self.config = config
+        self._answers: dict[tuple[int, str], str] = {}
+
+    def __call__(self, model: Any, tokenizer: Any, prompts: list[Any]) -> list[str]:
+        keys = [(id(model), _prompt_key(p)) for p in prompts]
+        todo = {key: prompt for key, prompt in zip(keys, prompts, strict=True) if key not in self._answers}
+        if todo:
+            fresh = generate_answers(model, tokenizer, list(todo.values()), self.config)
+            self._answers.update(zip(todo, fresh, strict=True))
+        return [self._answers[key] for key in keys]
+
+
+def _prompt_key(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
 def evaluate_policy(
     policy: Any,
     tokenizer: Any,
@@ -222,20 +249,23 @@ def evaluate_policy(
     scorer: Scorer | None = None,
     champion: tuple[Any, Any] | None = None,
     config: EvaluationConfig | None = None,
+    complete: Complete | None = None,
 ) -> EvalReport:
     """Generate completions from policy, reference (and champion) and compute every metric.
 
     ``reference`` shares ``tokenizer`` with the policy (the policy was trained from it);
-    ``champion`` is ``(model, tokenizer)`` of the current champion, or None.
+    ``champion`` is ``(model, tokenizer)`` of the current champion, or None. ``complete``
+    generates (default: a :class:`RememberedAnswers` of ``config``).
     """
     config = config or EvaluationConfig()
+    complete = complete or RememberedAnswers(config)
     rows = distinct_prompt_rows(records, config.max_prompts)
     if not rows:
         raise ValueError("no held-out prompts to evaluate the policy on")
     prompts, metadata = [r["prompt"] for r in rows], [r["metadata"] for r in rows]
-    ours = generate_answers(policy, tokenizer, prompts, config)
-    theirs = generate_answers(reference, tokenizer, prompts, config)
-    best = generate_answers(champion[0], champion[1], prompts, config) if champion is not None else None
+    ours = complete(policy, tokenizer, prompts)
+    theirs = complete(reference, tokenizer, prompts)
+    best = complete(champion[0], champion[1], prompts) if champion is not None else None
     report = evaluate_policy_completions(
         prompts, metadata, ours, theirs, best, scorer, None, config, tokenizer, pair_records=records
     )
@@ -279,12 +309,14 @@ def evaluate_on_golden(
     champion_scorer: Scorer | None = None,
     config: EvaluationConfig | None = None,
     rl_start: Any | None = None,
+    complete: Complete | None = None,
 ) -> EvalReport:
     """Reward model and policy judged on the pinned set, with intervals (see ``challenger``);
     ``rl_start``: the model the RL stage started from (``reference`` itself where it did)."""
     from alignflow.evaluation.challenger import judge_on_golden, judge_reward_model
 
     config = config or EvaluationConfig()
+    complete = complete or RememberedAnswers(config)
     report = EvalReport()
     pairs = held_out_pairs(golden_records, config.max_pairs)
     if scorer is not None and pairs:
@@ -294,10 +326,6 @@ def evaluate_on_golden(
         report = report.merge(judged)
     if policy is not None:
         judges = independent_judges(config, scorer, champion_scorer)
-
-        def complete(model: Any, tokenizer: Any, prompts: list[Any]) -> list[str]:
-            return generate_answers(model, tokenizer, prompts, config)
-
         report = report.merge(
             judge_on_golden(golden_records, complete, policy, reference, champion, judges, config, rl_start)
         )
@@ -356,6 +384,7 @@ def evaluate_paths(
     from alignflow.models.reward_scorer import load_reward_scorer
 
     config = config or EvaluationConfig()
+    complete = RememberedAnswers(config)  # the eval split and the pinned set share prompts
     records = load_split(snapshot_dir, "eval")
     scorer = load_reward_scorer(reward_dir) if reward_dir is not None else None
     champion_scorer = load_reward_scorer(champion_reward_dir) if champion_reward_dir is not None else None
@@ -373,14 +402,24 @@ def evaluate_paths(
         reference, _ = load_causal_lm(reference_dir, dtype)
         champion = load_causal_lm(champion_dir, dtype) if champion_dir is not None else None
         rl_start = rl_start_model(rl_start_dir, reference_dir, reference, dtype)
-        report = report.merge(evaluate_policy(model, tokenizer, reference, records, scorer, champion, config))
+        report = report.merge(
+            evaluate_policy(model, tokenizer, reference, records, scorer, champion, config, complete)
+        )
     if golden_path is not None:
         golden_records = load_golden_records(golden_path)
         refuse_trained_on(snapshot_dir, golden_records)
         report.samples = []  # the pinned set's samples carry the judges' verdicts: show those
         report = report.merge(
             evaluate_on_golden(
-                golden_records, policy, reference, scorer, champion, champion_scorer, config, rl_start
+                golden_records,
+                policy,
+                reference,
+                scorer,
+                champion,
+                champion_scorer,
+                config,
+                rl_start,
+                complete,
             )
         )
     return report

@@ -227,3 +227,29 @@ def test_the_evaluation_table_keeps_every_pinned_prompt_with_each_completion_and
     policy, champion = table["policy_correct"], table["champion_correct"]
     lost = [p for i, p in enumerate(prompts) if champion[i] and not policy[i]]
     assert lost == prompts[::3], "every item the challenger got wrong and the champion right"
+
+
+def test_each_model_answers_a_prompt_once_per_evaluation(tiny_model_dir, eval_records, monkeypatch):
+    """The pinned set is frozen from the first eval split: evaluating both must not generate
+    the same prompts twice, and what is remembered is what the model says."""
+    policy, tokenizer = load_causal_lm(tiny_model_dir)
+    reference, _ = load_causal_lm(tiny_model_dir)
+    config = EvaluationConfig(max_new_tokens=4)
+    prompts = [r["prompt"] for r in distinct_prompt_rows(eval_records, 6)]
+    asked: list[tuple[int, list]] = []
+    generate = evaluate.generate_answers
+
+    def counted(model, tok, batch, cfg):
+        asked.append((id(model), list(batch)))
+        return generate(model, tok, batch, cfg)
+
+    monkeypatch.setattr(evaluate, "generate_answers", counted)
+    complete = evaluate.RememberedAnswers(config)
+    first = complete(policy, tokenizer, prompts[:4])
+    both = complete(policy, tokenizer, prompts)
+    theirs = complete(reference, tokenizer, prompts)
+
+    assert both[:4] == first and both == generate(policy, tokenizer, prompts, config)
+    assert theirs == generate(reference, tokenizer, prompts, config)
+    assert [(m, len(b)) for m, b in asked] == [(id(policy), 4), (id(policy), 2), (id(reference), 6)]
+    assert asked[1][1] == prompts[4:]
