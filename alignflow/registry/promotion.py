@@ -278,6 +278,7 @@ def _policy_gates(
                 )
             )
     gates.append(("length_growth", LENGTH_GROWTH_RATIO, "<=", config.max_length_growth, "high"))
+    gates.append(("length_shrink", LENGTH_GROWTH_RATIO, ">=", config.min_length_ratio, "low"))
     if has_champion:
         gates.append(
             (

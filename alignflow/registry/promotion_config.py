@@ -45,6 +45,12 @@ class PromotionConfig(BaseModel):
     max_length_growth: float | None = Field(
         2.0, gt=0.0, description="mean length / reference's (upper bound)"
     )
+    min_length_ratio: float | None = Field(
+        None,
+        gt=0.0,
+        description="mean length / reference's (lower bound): catches a policy that learnt to say less "
+        "(e.g. to decline everything) to please its judge. None: not required",
+    )
     max_length_growth_vs_champion: float | None = Field(
         1.5, gt=0.0, description="mean length / champion's (upper bound): catches padded answers"
     )

@@ -115,6 +115,19 @@ def test_upper_bound_gates_read_the_high_end():
     assert judged.passed
 
 
+def test_a_policy_that_says_much_less_than_its_reference_fails_the_length_floor():
+    assert "length_shrink" not in names(gates_for(CONFIG, "policy", has_champion=False, judges=["llm"]))
+    floor = CONFIG.model_copy(update={"min_length_ratio": 0.67})
+    shrink = gate("length_shrink", floor, role="policy", has_champion=False, judges=["llm"])
+    assert (shrink.metric, shrink.op, shrink.bound) == ("golden/length_growth_ratio", ">=", "low")
+    # declines everything: the point is near the floor, the lower bound under it
+    [judged] = check_gates(golden(length_growth_ratio=estimate(0.7, 0.64, 0.76)), [shrink], 30)
+    assert not judged.passed and judged.decisive == 0.64
+    assert "lower bound needs >= 0.67" in judged.describe()
+    [judged] = check_gates(golden(length_growth_ratio=estimate(0.75, 0.72, 0.78)), [shrink], 30)
+    assert judged.passed
+
+
 def test_too_few_rows_fail_as_insufficient_evidence_even_when_the_bound_passes():
     gain = gate("task_accuracy_gain", role="policy", has_champion=False)
     few = golden(task_accuracy_gain=estimate(0.9, 0.8, 1.0, n=29))
