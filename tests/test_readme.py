@@ -2,8 +2,9 @@
 
 Every fenced ```bash and ```python block of README.md runs, in README order, in one demo
 workspace: a temp folder holding a copy of ``configs/`` where ``alignflow run --config
-configs/demo.yaml`` has run, plus the files the examples treat as the user's own. A block is
-left out only under an HTML comment right above it, ``<!-- readme-test: skip (why) -->``; a
+configs/demo.yaml`` has run, and a copy of ``examples/``, the input files its commands read
+(every ``examples/...`` path the README names must be in the repository). A block is left
+out only under an HTML comment right above it, ``<!-- readme-test: skip (why) -->``; a
 command block in another shell or Python dialect without one fails the structure test, so a
 new example cannot slip in untested.
 
@@ -29,7 +30,6 @@ README order in one process: ``make test`` hands out whole files (``--dist loadf
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 import os
 import re
@@ -51,6 +51,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+EXAMPLES = "examples"  # the input files the README's commands read, in the repository
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -461,43 +462,6 @@ def block_environment(base: Path, shims: Path) -> dict[str, str]:
     return env
 
 
-def unique(records, key, n: int) -> list[dict]:
-    """The first ``n`` records that differ by ``key`` (validation quarantines duplicates)."""
-    seen, kept = set(), []
-    for record in records:
-        if key(record) not in seen and len(kept) < n:
-            seen.add(key(record))
-            kept.append(record)
-    return kept
-
-
-def write_jsonl(path: Path, records: list[dict], opener=open) -> None:
-    with opener(path, "wt", encoding="utf-8") as out:
-        out.writelines(json.dumps(record) + "\n" for record in records)
-
-
-def write_user_files(root: Path) -> None:
-    """The files the README's commands take as the user's own, drawn from the demo task."""
-    from alignflow.data.demo import iter_demo_pairs, iter_demo_prompts
-
-    def triple(r):
-        return r["prompt"], r["chosen"], r["rejected"]
-
-    write_jsonl(root / "my-prefs.jsonl", unique(iter_demo_pairs(3000, seed=1), triple, 300))
-    transcripts = [  # HH-RLHF's shape: two whole dialogues, the subset beside them
-        {
-            "chosen": f"\n\nHuman: {r['prompt']}\n\nAssistant: {r['chosen']}",
-            "rejected": f"\n\nHuman: {r['prompt']}\n\nAssistant: {r['rejected']}",
-            "source": "-vs-".join(r["metadata"]["tiers"]),
-        }
-        for r in unique(iter_demo_pairs(3000, seed=2), triple, 200)
-    ]
-    write_jsonl(root / "hh-test.jsonl.gz", transcripts, opener=gzip.open)
-    prompts = unique(iter_demo_prompts(500, seed=3), lambda r: r["prompt"], 40)
-    answered = [{"prompt": r["prompt"], "answer": r["metadata"]["answer"]} for r in prompts]
-    write_jsonl(root / "prompts.jsonl", answered)
-
-
 def tail(path: Path, chars: int = 3000) -> str:
     return read_from(path)[-chars:]
 
@@ -553,12 +517,12 @@ def workspace(tmp_path_factory) -> Workspace:
     for folder in (root, logs, shims):
         folder.mkdir()
     shutil.copytree(REPO / "configs", root / "configs")  # symlinks followed: demo.yaml is one
+    shutil.copytree(REPO / EXAMPLES, root / EXAMPLES)  # the input files the README's commands read
     write_curl_shim(shims)
     space = Workspace(root, logs, block_environment(base, shims))
     demo = ["alignflow", "run", "--config", "configs/demo.yaml"]
     printed = run_to_completion(space, demo, "demo-run", "the demo run the README's examples start from")
     assert "alignflow-demo-policy v1: promoted to champion" in printed, printed[-3000:]
-    write_user_files(root)
     return space
 
 
@@ -779,6 +743,63 @@ def test_blocks_keep_their_readme_line_section_and_markers():
     assert STILL_RUNNING.search(block.prose) and block.test_id == "L8-alignflow-promote-human"
     assert [line.number for line in logical_lines(block.text, block.line)] == [8, 10]
     assert diagram.language == "" and not diagram.runnable
+
+
+EXAMPLE_PATH = re.compile(r"\bexamples/[\w.-]*\w(?:/[\w.-]*\w)*")
+
+
+def example_paths(text: str) -> list[str]:
+    """Every ``examples/...`` file a text names, in prose or in a command, in order."""
+    return EXAMPLE_PATH.findall(text)
+
+
+def test_example_paths_are_found_in_prose_and_commands():
+    text = (
+        "Try `examples/pairs.jsonl`.\n"
+        "alignflow eval reward --data examples/hh-style.jsonl.gz \\\n"
+        "The folder examples/ itself is not a file."
+    )
+    assert example_paths(text) == ["examples/pairs.jsonl", "examples/hh-style.jsonl.gz"]
+
+
+def test_every_example_file_the_readme_names_is_in_the_repository():
+    """The README's commands read their input from examples/: a reader's clone must hold each file."""
+    named = sorted(set(example_paths(README.read_text(encoding="utf-8"))))
+    assert named, "README.md names no file under examples/: is EXAMPLE_PATH broken?"
+    missing = [name for name in named if not (REPO / name).is_file()]
+    assert not missing, f"README.md names files that examples/ does not hold: {missing}"
+
+
+def test_examples_readme_lists_every_example_file():
+    listing = (REPO / EXAMPLES / "README.md").read_text(encoding="utf-8")
+    files = sorted(p.name for p in (REPO / EXAMPLES).iterdir() if p.is_file() and p.name != "README.md")
+    assert files, "examples/ holds no example file"
+    unlisted = [name for name in files if f"`{name}`" not in listing]
+    assert not unlisted, f"examples/README.md does not list {unlisted}"
+
+
+def test_the_ui_commands_the_readme_shows_are_those_a_run_prints(monkeypatch, tmp_path):
+    """The first hour's "Open the UIs" lines are what `alignflow run` prints in a workspace."""
+    from rich.console import Console
+
+    from alignflow.cli import pipeline
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(Path.cwd() / ".alignflow" / "prefect"))
+    console = Console(width=200, no_color=True)
+    monkeypatch.setattr(pipeline, "console", console)
+    summary = {
+        "project": "p", "stages": [], "data_version": None, "wall_seconds": 1.0,
+        "compute_seconds": 1.0, "orchestration_overhead": 0.0, "tracking_uri": None,
+    }  # fmt: skip
+    with console.capture() as captured:
+        pipeline.render_summary(summary)
+    printed = captured.get().split("Open the UIs:\n", 1)[1]
+    shown = [line for line in printed.splitlines() if line.strip()]
+    assert len(shown) == 2, printed
+    readme = README.read_text(encoding="utf-8")
+    for line in shown:
+        assert line in readme, f"README.md does not show the line a run prints: {line!r}"
 
 
 def as_param(block: Block):
