@@ -47,7 +47,7 @@ SUBTRACTION = (
     "{name} had {a} {things} and lost {b}. How many {things} does {name} have now?",
 )
 # the share of worked responses written step by step (the rest: one line)
-STEPWISE_SHARE = 0.5
+STEPWISE_SHARE = 0.3
 # chosen is the best tier in most pairs: SFT on chosen learns the working, not the slips
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 _PAIR_WEIGHTS = (1, 3, 1)
