@@ -97,8 +97,15 @@ def prompts_cut(tokenizer: Any, prompts: Sequence[Prompt], budget: int | None) -
     """How many of ``prompts`` :func:`prompt_batch` cuts to ``budget`` tokens."""
     if budget is None:
         return 0
+    return sum(length > budget for length in prompt_lengths(tokenizer, prompts))
+
+
+def prompt_lengths(tokenizer: Any, prompts: Sequence[Prompt]) -> list[int]:
+    """Each prompt's token count as the model reads it (chat template applied, no cut)."""
+    if not prompts:
+        return []
     encoded = tokenizer([format_prompt(tokenizer, p) for p in prompts], add_special_tokens=False)
-    return sum(len(ids) > budget for ids in encoded["input_ids"])
+    return [len(ids) for ids in encoded["input_ids"]]
 
 
 def cut_prompt_text(tokenizer: Any, text: str, budget: int) -> str:
@@ -141,7 +148,7 @@ def generate(
         tokenizer.pad_token = tokenizer.eos_token
     device = next(model.parameters()).device
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
-    outputs: dict[int, str] = {}
+    outputs = [""] * len(prompts)
     order = longest_first(tokenizer, prompts)
     try:
         for start in range(0, len(order), batch_size):
@@ -159,17 +166,15 @@ def generate(
             )
             new_tokens = ids[:, batch["input_ids"].shape[1] :]
             answers = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-            outputs.update(zip(rows, answers, strict=True))
+            for i, answer in zip(rows, answers, strict=True):
+                outputs[i] = answer
     finally:
         model.train(was_training)
-    return [outputs[i] for i in range(len(prompts))]
+    return outputs
 
 
 def longest_first(tokenizer: Any, prompts: Sequence[Prompt]) -> list[int]:
     """Indices of ``prompts`` by formatted token length, longest first (ties keep their order):
     the first batch shows the peak memory, and each batch pads to similar lengths."""
-    if not prompts:
-        return []
-    encoded = tokenizer([format_prompt(tokenizer, p) for p in prompts], add_special_tokens=False)
-    lengths = [len(ids) for ids in encoded["input_ids"]]
+    lengths = prompt_lengths(tokenizer, prompts)
     return sorted(range(len(prompts)), key=lambda i: -lengths[i])
