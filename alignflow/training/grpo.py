@@ -28,6 +28,7 @@ from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.metric_names import eval_key
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
+from alignflow.models.merged_copy import MergedCopy, can_merge
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
@@ -46,7 +47,24 @@ RewardFn = Callable[..., list[float]]
 
 
 class AlignflowGRPOTrainer(StageTrainerMixin, GRPOTrainer):
-    """TRL's GRPOTrainer with atomic checkpoints."""
+    """TRL's GRPOTrainer with atomic checkpoints; with ``merged_generation``, a LoRA policy
+    samples from a copy with its adapters folded in (:mod:`alignflow.models.merged_copy`)."""
+
+    def __init__(self, *args: Any, merged_generation: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        usable = merged_generation and not self.use_vllm and can_merge(self.model)
+        self.merged_copy = MergedCopy(self.model) if usable else None
+
+    def _generate_single_turn(self, *args: Any, **kwargs: Any):
+        """TRL's sampling, from the merged copy when there is one: TRL generates with the
+        model it unwraps from ``model_wrapped``, so the copy stands in for that one call."""
+        if self.merged_copy is None:
+            return super()._generate_single_turn(*args, **kwargs)
+        wrapped, self.model_wrapped = self.model_wrapped, self.merged_copy.refresh(self.model)
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self.model_wrapped = wrapped
 
 
 def load_attribute(path: str) -> Any:
@@ -234,6 +252,7 @@ def run_grpo(
         processing_class=tokenizer,
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"grpo": stage.model_dump(), "model": config.model.model_dump()})],
+        merged_generation=stage.merged_generation,
         **extra,
     )
     allow_compiled_decoding(trainer, stage)

@@ -54,6 +54,13 @@ class GRPOConfig(StageConfig):
         "On its own it is no faster: TRL builds its GenerationConfig with disable_compile=True, so "
         "generate compiles nothing (see compile_generation). Not used with vLLM",
     )
+    merged_generation: bool = Field(
+        True,
+        description="with LoRA, sample from a copy of the policy whose adapters are folded into its "
+        "weights (refreshed before each generation) instead of through the adapter layers: the same "
+        "policy, decoded at the base model's speed, for one more copy of the weights in memory. "
+        "Ignored with vLLM and where other parameters than the adapters train",
+    )
     compile_generation: bool = Field(
         False,
         description="let transformers' generate compile its decoding step (torch.compile, CUDA graphs) by "

@@ -1,0 +1,70 @@
+"""A plain copy of a LoRA policy with its adapters folded in, for sampling.
+
+Sampling through PEFT's LoRA layers pays, per linear layer and per decoded token, two extra
+small matmuls and the casts of the activations to the adapters' fp32 and back. A copy whose
+weights already hold ``W + scale * B @ A`` decodes at the base model's speed (SmolLM2-135M,
+bf16, 32 completions x 48 tokens on 2 Zen 5 cores: 10.3 s through the adapters, 6.4 s
+merged). The copy costs one more set of base weights in memory; refreshing it after an
+optimiser step costs one ``B @ A`` per adapted layer, nothing against a decode.
+
+PEFT's own ``merge_adapter`` / ``unmerge_adapter`` would do it in place, but in bf16 the
+round trip leaves rounding error in the frozen base weights that accumulates step by step.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+PEFT_PREFIX = "base_model.model."
+
+
+def lora_layers(model: Any) -> dict[str, Any]:
+    """The model's LoRA-wrapped layers by their name in the unwrapped model."""
+    from peft.tuners.lora import LoraLayer
+
+    return {
+        name.removeprefix(PEFT_PREFIX): module
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer) and hasattr(module, "get_delta_weight")
+    }
+
+
+def only_adapters_train(model: Any) -> bool:
+    """Whether every trainable parameter belongs to a LoRA adapter: then the merged weights
+    are the whole difference from the base (no ``modules_to_save``, no trained bias or head)."""
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    return bool(trainable) and all(".lora_A." in name or ".lora_B." in name for name in trainable)
+
+
+def can_merge(model: Any) -> bool:
+    """A PEFT model with plain LoRA adapters only (no DoRA, no other trained parameter)."""
+    if not hasattr(model, "peft_config") or not only_adapters_train(model):
+        return False
+    layers = lora_layers(model).values()
+    return bool(layers) and not any(getattr(m, "use_dora", {}).get(m.active_adapters[0]) for m in layers)
+
+
+class MergedCopy:
+    """``W + delta`` of a LoRA model in a separate plain model; :meth:`refresh` re-folds the
+    adapters' current values in, leaving the LoRA model untouched."""
+
+    def __init__(self, peft_model: Any) -> None:
+        self.model = copy.deepcopy(peft_model).merge_and_unload()
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def refresh(self, peft_model: Any) -> Any:
+        """Fold the adapters' current weights into the copy; the copy."""
+        for name, layer in lora_layers(peft_model).items():
+            adapter = layer.active_adapters[0]
+            if adapter not in layer.lora_A:
+                continue
+            base = layer.get_base_layer().weight
+            merged = base.float() + layer.get_delta_weight(adapter).float()
+            self.model.get_submodule(name).weight.copy_(merged.to(base.dtype))
+        return self.model

@@ -1,0 +1,54 @@
+"""A LoRA policy's merged copy answers as the policy does, follows its updates, and leaves it alone."""
+
+from __future__ import annotations
+
+import torch
+from peft import LoraConfig, get_peft_model
+
+from alignflow.models import load_causal_lm
+from alignflow.models.merged_copy import MergedCopy, can_merge
+
+
+def lora_policy(model_dir, **lora):
+    model, tokenizer = load_causal_lm(model_dir)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM", **lora)
+    policy = get_peft_model(model, config)
+    move_adapters(policy, seed=0)
+    return policy, tokenizer
+
+
+@torch.no_grad()
+def move_adapters(policy, seed: int) -> None:
+    """What an optimiser step does: every adapter matrix takes new values (B starts at zero)."""
+    generator = torch.Generator().manual_seed(seed)
+    for name, p in policy.named_parameters():
+        if "lora_" in name:
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.2)
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_the_copy_gives_the_policys_logits_and_follows_each_update(tiny_model_dir):
+    policy, tokenizer = lora_policy(tiny_model_dir)
+    ids = tokenizer(["What is 3 plus 4? The answer is 7."], return_tensors="pt").input_ids
+    base = {n: p.clone() for n, p in policy.named_parameters() if "lora_" not in n}
+    copy = MergedCopy(policy)
+    assert torch.allclose(logits(copy.model, ids), logits(policy, ids), atol=1e-4)
+
+    move_adapters(policy, seed=1)
+    stale = logits(copy.model, ids)
+    assert not torch.allclose(stale, logits(policy, ids), atol=1e-2)  # the update is visible
+    assert torch.allclose(logits(copy.refresh(policy), ids), logits(policy, ids), atol=1e-4)
+    assert all(torch.equal(p, base[n]) for n, p in policy.named_parameters() if "lora_" not in n)
+    assert not any(p.requires_grad for p in copy.model.parameters())
+
+
+def test_only_plain_adapters_are_merged(tiny_model_dir):
+    model, _ = load_causal_lm(tiny_model_dir)
+    assert not can_merge(model)  # no adapters at all
+    assert can_merge(lora_policy(tiny_model_dir)[0])
+    # a trained head beside the adapters is not in the merged weights: sampling would ignore it
+    assert not can_merge(lora_policy(tiny_model_dir, modules_to_save=["lm_head"])[0])
