@@ -100,6 +100,12 @@ def serve(
         tokens = [TokenSpec.parse(t) for t in token]
     except ValueError as exc:
         raise fail(f"--token: {exc}", error=exc) from None
+    if token:
+        typer.echo(
+            "warning: --token shows the token to every user of this machine (`ps -ef`); "
+            "put it in ALIGNFLOW_API_TOKEN or a --token-file instead",
+            err=True,
+        )
     if token_file is not None:
         try:
             tokens += read_token_file(token_file)

@@ -27,8 +27,10 @@ def documented_gates() -> set[str]:
 
 def every_gate() -> set[str]:
     """Each gate ``gates_for`` can make (every role, with and without a champion, answers, a
-    judge, the human gate, a KL budget, an RL gain) and the two that decisions add themselves."""
-    config = PromotionConfig(max_kl=1.0, min_rl_gain=0.0)
+    judge, the human gate, every threshold that is off by default switched on) and the two that
+    decisions add themselves."""
+    off_by_default = [name for name, field in PromotionConfig.model_fields.items() if field.default is None]
+    config = PromotionConfig(**dict.fromkeys(off_by_default, 0.5))
     names = {SLICE_GATE, RELEASE_GATE}
     for role, human in (("policy", False), ("policy", True), ("reward", False)):
         for has_champion in (False, True):

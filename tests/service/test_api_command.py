@@ -55,3 +55,16 @@ def test_a_config_that_cannot_train_stops_the_command_before_serving(served, arg
     result = CliRunner().invoke(app, ["api", "--token", TOKEN, "--launcher", "library", *args])
     assert result.exit_code == 2, result.output
     assert "app" not in served
+
+
+def test_a_token_on_the_command_line_is_served_with_a_warning_the_environment_is_not(served, monkeypatch):
+    """``--token`` still works, but it is in every user's ``ps -ef``: the command says so and
+    names the two ways that keep it out of the process list."""
+    on_the_line = CliRunner().invoke(app, ["api", "--token", TOKEN, "--launcher", "library"])
+    assert on_the_line.exit_code == 0, on_the_line.output
+    assert "warning: --token shows the token to every user" in on_the_line.output
+    assert "ALIGNFLOW_API_TOKEN or a --token-file" in on_the_line.output
+    monkeypatch.setenv("ALIGNFLOW_API_TOKEN", TOKEN)
+    from_the_environment = CliRunner().invoke(app, ["api", "--launcher", "library"])
+    assert from_the_environment.exit_code == 0, from_the_environment.output
+    assert "warning" not in from_the_environment.output
