@@ -55,12 +55,17 @@ class AlignflowGRPOTrainer(StageTrainerMixin, GRPOTrainer):
         usable = merged_generation and not self.use_vllm and can_merge(self.model)
         self.merged_copy = MergedCopy(self.model) if usable else None
 
+    def sampling_model(self) -> Any:
+        """The model to decode with now: the merged copy refreshed to the current adapters when
+        there is one, else the policy itself."""
+        return self.model if self.merged_copy is None else self.merged_copy.refresh(self.model)
+
     def _generate_single_turn(self, *args: Any, **kwargs: Any):
         """TRL's sampling, from the merged copy when there is one: TRL generates with the
         model it unwraps from ``model_wrapped``, so the copy stands in for that one call."""
         if self.merged_copy is None:
             return super()._generate_single_turn(*args, **kwargs)
-        wrapped, self.model_wrapped = self.model_wrapped, self.merged_copy.refresh(self.model)
+        wrapped, self.model_wrapped = self.model_wrapped, self.sampling_model()
         try:
             return super()._generate_single_turn(*args, **kwargs)
         finally:
@@ -262,6 +267,7 @@ def run_grpo(
         if not eval_rows:
             return {}
         n = stage.max_completion_length
-        return {eval_key("reward"): mean_reward(trainer.model, tokenizer, eval_rows, fns, weights, n)}
+        model = trainer.sampling_model()
+        return {eval_key("reward"): mean_reward(model, tokenizer, eval_rows, fns, weights, n)}
 
     return train_and_finish("grpo", trainer, output_dir, stage.resume, prompts_cut, held_out)

@@ -1,4 +1,4 @@
-"""GRPO with LoRA samples from the merged copy, refreshed before every generation."""
+"""GRPO with LoRA samples (training and held-out) from the merged copy, refreshed before each use."""
 
 from __future__ import annotations
 
@@ -25,4 +25,6 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     )
     result = run_grpo(config, demo_snapshot, tmp_path, model_path=sft_result.model_dir)
     assert result.metrics["global_step"] == 3
-    assert len(refreshed) == (3 if merged else 0)  # one generation per step at these settings
+    # one generation per step at these settings, and the held-out reward before and after
+    assert len(refreshed) == (3 + 2 if merged else 0)
+    assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
