@@ -14,8 +14,10 @@ Responses come in the demo's three tiers, shaped for this task:
 - ``wrong``: the working with a slip and a wrong number, in the format.
 
 A worked response is written in one of two styles, as people answer: most in one line
-(``direct``, as above), some step by step, the second number's tens first and then its ones
-(``stepwise``: ``17 + 25: 17 + 20 = 37, 37 + 5 = 42. The answer is 42.``). Both are right in
+(``direct``, as above), some step by step, tens and ones apart and then joined (``stepwise``:
+``17 + 25: 10 + 20 = 30, 7 + 5 = 12, 30 + 12 = 42. The answer is 42.``; a borrow shows as a
+negative ones difference, worked from the positive one: ``52 - 27: 50 - 20 = 30,
+2 - 7 = -(7 - 2) = -5, 30 - 5 = 25.``). Both are right in
 the data, so SFT imitates both; a 135M model gets the carries right far more often in the
 stepwise style. Which style to use is learnt from outcomes, not from the data: that is
 the room this task leaves to reinforcement learning with a verifiable reward.
@@ -78,11 +80,26 @@ class Problem:
         return f"{self.a} {self.op} {self.b} = {result}."
 
     def stepwise_working(self, result: int) -> str:
-        """The tens of ``b`` first, then its ones; a slip (``result`` wrong) shows in the last step."""
-        tens, ones = self.b - self.b % 10, self.b % 10
-        partial = self.a + tens if self.op == "+" else self.a - tens
-        first, second = f"{self.a} {self.op} {tens} = {partial}", f"{partial} {self.op} {ones} = {result}"
-        return f"{self.a} {self.op} {self.b}: {first}, {second}."
+        """Tens with tens, ones with ones, then the two joined; a slip (``result`` wrong) shows in the join.
+
+        Every step is a fact a small model knows (``30 + 20``, ``9 + 7``, ``7 - 2``) or a join of
+        a round number with a small one (``50 + 16``, ``30 - 5``): the carries and borrows that a
+        one-line sum hides are written out. A borrow's negative ones difference is worked from the
+        positive one (``2 - 7 = -(7 - 2) = -5``): SmolLM2 got ``2 - 7`` wrong far more often
+        than ``7 - 2``, and taking the smaller digit from the larger without the sign shown
+        was worse still (recipes.md).
+        """
+        a_tens, b_tens = self.a - self.a % 10, self.b - self.b % 10
+        a_ones, b_ones = self.a % 10, self.b % 10
+        tens = a_tens + b_tens if self.op == "+" else a_tens - b_tens
+        ones = a_ones + b_ones if self.op == "+" else a_ones - b_ones
+        if ones < 0:
+            ones_step = f"{a_ones} - {b_ones} = -({b_ones} - {a_ones}) = {ones}"
+            join = f"{tens} - {-ones}"
+        else:
+            ones_step, join = f"{a_ones} {self.op} {b_ones} = {ones}", f"{tens} + {ones}"
+        steps = (f"{a_tens} {self.op} {b_tens} = {tens}", ones_step, f"{join} = {result}")
+        return f"{self.a} {self.op} {self.b}: {', '.join(steps)}."
 
 
 def draw_problem(rng: random.Random, low: int = 10, high: int = 49) -> Problem:

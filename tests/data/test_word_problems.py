@@ -44,6 +44,7 @@ def test_the_dataset_holds_out_enough_problems_for_a_pinned_set(tmp_path):
 
 def _steps(text: str) -> list[tuple[int, str, int, int]]:
     """Every ``x op y = z`` in a response, as numbers."""
+    text = re.sub(r" = -\(\d+ - \d+\) = ", " = ", text)  # a borrow's worked ones step, as its result
     return [(int(x), op, int(y), int(z)) for x, op, y, z in re.findall(r"(\d+) ([+-]) (\d+) = (-?\d+)", text)]
 
 
@@ -56,10 +57,16 @@ def test_worked_answers_come_in_both_styles_and_every_step_of_a_right_one_is_rig
     assert abs(share - word_problems.STEPWISE_SHARE) < 0.07, share
     for problem, text in stepwise:
         steps = _steps(text)
-        assert len(steps) == 2, text
+        assert len(steps) == 3, text
         for x, op, y, z in steps:
             assert z == (x + y if op == "+" else x - y), f"a best answer with a wrong step: {text}"
-        assert steps[0][2] == problem.b - problem.b % 10 and steps[1][2] == problem.b % 10, text
+        (a_tens, _, b_tens, tens), (a_ones, _, b_ones, ones), (joined, join_op, _, result) = steps
+        assert (a_tens, b_tens) == (problem.a - problem.a % 10, problem.b - problem.b % 10), text
+        assert (a_ones, b_ones) == (problem.a % 10, problem.b % 10), text
+        assert joined == tens and result == problem.answer, text
+        if ones < 0:
+            assert f"= -({b_ones} - {a_ones}) = {ones}," in text, "a borrow, worked from the positive one"
+        assert join_op == ("-" if ones < 0 else "+"), text
 
 
 def test_a_wrong_stepwise_answer_slips_in_its_last_step_only():
@@ -70,8 +77,10 @@ def test_a_wrong_stepwise_answer_slips_in_its_last_step_only():
         if ":" not in text:
             continue
         seen += 1
-        (x1, op1, y1, z1), (x2, op2, y2, z2) = _steps(text)
-        assert z1 == (x1 + y1 if op1 == "+" else x1 - y1), text
-        assert z2 != (x2 + y2 if op2 == "+" else x2 - y2), text
+        *first, (x, op, y, z) = _steps(text)
+        assert len(first) == 2, text
+        for x1, op1, y1, z1 in first:
+            assert z1 == (x1 + y1 if op1 == "+" else x1 - y1), text
+        assert z != (x + y if op == "+" else x - y), text
         assert task_accuracy(text, problem.answer) == 0.0
     assert seen > 50
