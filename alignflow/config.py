@@ -22,7 +22,7 @@ from alignflow.data.config import DataConfig
 from alignflow.errors import InputError
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.models.model_config import ModelSpec
-from alignflow.registry.promotion_config import PromotionConfig
+from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.runtime_config import OrchestrationConfig, TrackingConfig
 from alignflow.training.policy_config import PolicyConfig
 from alignflow.training.registry import REWARD_STAGE_REF, config_sections

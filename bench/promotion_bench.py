@@ -79,13 +79,8 @@ def _stage_dirs(summary: dict[str, Any]) -> dict[str, str]:
 def _outcome(uri: str, label: str, role: str, expected: str, name: str, version: str) -> Challenger:
     from mlflow import MlflowClient
 
-    from alignflow.registry.promotion import (
-        DECISION_TAG,
-        FAILED_GATES_TAG,
-        GATES_TAG,
-        GateResult,
-        recorded_metrics,
-    )
+    from alignflow.promotion.gates import GateResult
+    from alignflow.registry.promotion import DECISION_TAG, FAILED_GATES_TAG, GATES_TAG, recorded_metrics
 
     tags = MlflowClient(uri).get_model_version(name, version).tags
     gates = json.loads(tags.get(GATES_TAG, "[]"))
@@ -169,9 +164,10 @@ def judge_built_policy(
 ) -> Challenger:
     """Register a hand-built policy and let the pipeline's evaluation and gates decide on it."""
     from alignflow.evaluation.evaluate import evaluate_paths
+    from alignflow.promotion.gates import trusted_judges
     from alignflow.registry.lineage import champion_copy
     from alignflow.registry.models import log_model, registered_name
-    from alignflow.registry.promotion import promote, trusted_judges
+    from alignflow.registry.promotion import promote
     from alignflow.registry.runs import pipeline_run
     from flows.retrain import golden_tags
 

@@ -51,7 +51,7 @@ def _structured_gates(tracking_uri: str | None, decision: dict[str, Any]) -> lis
 
 def gate_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per gate of every promotion decision of the run."""
-    from alignflow.registry.promotion import BOUND_NAMES
+    from alignflow.promotion.gates import BOUND_NAMES
 
     rows = []
     for decision in summary.get("promotions", {}).values():

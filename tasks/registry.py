@@ -128,8 +128,9 @@ def promote_models(
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
+        from alignflow.promotion.gates import audit_judges, slice_details
         from alignflow.registry.decision_card import decision_entry, log_decision
-        from alignflow.registry.promotion import audit_judges, promote, slice_details
+        from alignflow.registry.promotion import promote
 
         decisions: dict[str, Any] = {}
         reward = versions.get("reward")
@@ -183,8 +184,8 @@ def passes_own_gates(
     uri: str, info: dict[str, Any], metrics: dict[str, float], config: Any, details: dict[str, dict[str, str]]
 ) -> bool:
     """Whether the run's reward model passes its own gates (nothing written): then it may judge."""
+    from alignflow.promotion.gates import decide
     from alignflow.registry.models import CHAMPION, version_by_alias
-    from alignflow.registry.promotion import decide
 
     current = version_by_alias(uri, info["name"], CHAMPION)
     champion = str(current.version) if current is not None else None

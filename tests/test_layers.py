@@ -8,6 +8,8 @@ packages import each other.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,6 +68,26 @@ def test_losses_sit_below_the_research_api_and_stages_below_the_pipeline_config(
     graph = package_graph()
     assert "alignflow.rl" not in graph["alignflow.losses"]
     assert "alignflow.config" not in graph["alignflow.training"]
+
+
+def _loads_mlflow(module: str) -> bool:
+    """Whether importing ``module`` in a fresh interpreter loads MLflow."""
+    code = f"import sys, {module}; print('mlflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return done.stdout.strip() == "True"
+
+
+def test_promotion_decisions_read_no_store():
+    """The gates and the decision are pure code: ``alignflow.promotion`` imports neither MLflow
+    nor the registry that records its decisions, and importing it loads no MLflow."""
+    assert not {"mlflow", "alignflow.registry"} & package_graph()["alignflow.promotion"]
+    assert not _loads_mlflow("alignflow.promotion.gates")
+
+
+def test_the_research_api_imports_no_tracking_store():
+    """``alignflow.rl`` reports through the callbacks its caller passes, never to MLflow itself."""
+    assert not {"mlflow", "alignflow.registry"} & package_graph()["alignflow.rl"]
+    assert not _loads_mlflow("alignflow.rl.ppo, alignflow.rl.dpo, alignflow.rl.reward_model")
 
 
 def _runtime_imports(path: Path, modules: set[str]) -> set[str]:

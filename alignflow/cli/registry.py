@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 ROLE_HELP = "which registered model: policy or reward"
-Role = Literal["policy", "reward"]  # as registry.promotion names them (not imported: it loads MLflow)
+Role = Literal["policy", "reward"]  # as alignflow.promotion.gates names them
 
 
 def _settings(config: Path | None, overrides: list[str], tracking_uri: str | None, role: Role):
@@ -47,7 +47,8 @@ def _judges_of(uri: str, name: str, version: str, metrics: dict[str, float]) -> 
     """The judges the pipeline trusted for this version, else those independent of its run."""
     from mlflow import MlflowClient
 
-    from alignflow.registry.promotion import JUDGES_TAG, trusted_judges
+    from alignflow.promotion.gates import trusted_judges
+    from alignflow.registry.promotion import JUDGES_TAG
 
     recorded = MlflowClient(uri).get_model_version(name, version).tags.get(JUDGES_TAG)
     if recorded is not None:
@@ -110,6 +111,7 @@ def promote(
     agent: str | None = typer.Option(None, help="with --human: the agent (default: the config's project)"),
 ) -> None:
     """Promote a model version to champion if it passes every gate (or unconditionally with --force)."""
+    from alignflow.promotion import gates
     from alignflow.registry import models, promotion
 
     if agent:
@@ -139,7 +141,7 @@ def promote(
         judges = _judges_of(uri, name, version, metrics) if role == "policy" else []
         if dry_run:
             champion = models.alias_version(uri, name, models.CHAMPION)
-            decision = promotion.decide(name, version, metrics, cfg.promotion, role, champion, judges)
+            decision = gates.decide(name, version, metrics, cfg.promotion, role, champion, judges)
         else:
             decision = promotion.promote(uri, name, version, metrics, cfg.promotion, role, judges)
     console.print(gate_table(decision, f"{name} version {version}" + (" (dry run)" if dry_run else "")))

@@ -18,7 +18,7 @@ from alignflow.evaluation.metric_names import gate_key, promoted_key
 from alignflow.registry import tracking
 
 if TYPE_CHECKING:  # promotion imports this module
-    from alignflow.registry.promotion import GateResult, PromotionDecision
+    from alignflow.promotion.gates import GateResult, PromotionDecision
 
 MAX_DESCRIPTION = 5000  # MLflow's limit on a model version's description
 GATE_ARTIFACT = "promotion/{role}-gates"  # .md and .json on the promote run

@@ -25,13 +25,12 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from alignflow.losses.dpo_loss_types import DPO_LOSS_TYPES
 from alignflow.losses.dpo_losses import PairLogps, dpo_family_loss
 from alignflow.losses.functional import sequence_logprobs
 from alignflow.rl.trainer_loop import (
-    callbacks,
     history_from_log,
     last_train_log,
     loop_arguments,
@@ -255,7 +254,16 @@ class DPOTrainer:
     equals TRL's loss on identical log-probs.
     """
 
-    def __init__(self, config: DPOConfig, tokenizer=None, model=None, ref_model=None):
+    def __init__(
+        self,
+        config: DPOConfig,
+        tokenizer=None,
+        model=None,
+        ref_model=None,
+        callbacks: Sequence[TrainerCallback] = (),
+    ):
+        """``callbacks``: transformers ``TrainerCallback``s that receive the loop's logs (MLflow:
+        :class:`~alignflow.registry.trainer_callback.TrackingCallback`)."""
         if model is None and not config.model_name:
             raise ValueError("DPOTrainer needs a model or DPOConfig.model_name")
         self.config = config
@@ -272,6 +280,7 @@ class DPOTrainer:
         else:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).to(self.device)
             self.ref_model.eval().requires_grad_(False)
+        self.callbacks = list(callbacks)
         self.global_step = 0
         self.history: list[dict[str, float]] = []
 
@@ -378,7 +387,7 @@ class DPOTrainer:
                 train_dataset=trl_rows(dataset),
                 eval_dataset=trl_rows(eval_dataset) if eval_dataset is not None else None,
                 processing_class=self.tokenizer,
-                callbacks=callbacks(),
+                callbacks=self.callbacks,
             )
             engine.train()
             eval_metrics = without_eval_prefix(engine.evaluate()) if eval_dataset is not None else {}

@@ -36,7 +36,6 @@ from alignflow.losses import CustomLoss, KLDivergenceLoss, PPOLoss
 from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import left_padded_batch
-from alignflow.registry import tracking
 from alignflow.rl.environments import Observation, RLEnvironment, TextGenerationEnv
 from alignflow.rl.forward_backward import (
     capture_rng_state,
@@ -260,7 +259,10 @@ class PPOTrainer:
         scheduler=None,
         reward_fn: BatchRewardFn | None = None,
         reference_model: nn.Module | None = None,
+        on_iteration: Callable[[dict[str, float]], None] | None = None,
     ):
+        """``on_iteration``: called with each iteration's metrics as :meth:`train` records them
+        (to send them to MLflow or any other tracker; the research API imports none)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config
@@ -284,6 +286,7 @@ class PPOTrainer:
         self.optimizer = optimizer or torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
         self.scheduler = scheduler
         self.reward_fn = reward_fn
+        self.on_iteration = on_iteration
         self.kl_ctl = (
             AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
             if config.use_adaptive_kl
@@ -585,7 +588,7 @@ class PPOTrainer:
 
         With ``config.eval_every``, greedy responses to ``eval_prompts`` (by default a held-out
         ``eval_fraction`` of the prompts; for an environment, fresh episodes) are scored every
-        that many iterations, as ``eval/reward_mean`` in the history and the tracking run.
+        that many iterations, as ``eval/reward_mean`` in the history and to ``on_iteration``.
         """
         cfg = self.config
         total = num_iterations or cfg.num_iterations
@@ -603,7 +606,6 @@ class PPOTrainer:
                 prompts, prompt_metadata, eval_source, eval_meta = self._hold_out(prompts, prompt_metadata)
         if resume_from is not None:
             self.load_checkpoint(self._resolve_checkpoint(resume_from))
-        tracking.log_params(cfg.model_dump(), prefix="ppo")
         while self.iteration < total:
             if isinstance(source, RLEnvironment):
                 rollout = self.collect_from_env(source)
@@ -615,7 +617,8 @@ class PPOTrainer:
             if cfg.eval_every and self.iteration % cfg.eval_every == 0:
                 metrics.update(self.evaluate(eval_source, reward_fn, eval_meta))
             self.history.append(metrics)
-            tracking.log_metrics(metrics, step=self.iteration)
+            if self.on_iteration is not None:
+                self.on_iteration(metrics)
             if cfg.save_every and self.iteration % cfg.save_every == 0:
                 self.save_checkpoint(self.checkpoint_root() / f"checkpoint-{self.iteration}")
         return self.model if is_env else self.history

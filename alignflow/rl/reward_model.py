@@ -28,8 +28,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from alignflow.registry.tracking import log_metrics
-from alignflow.rl.trainer_loop import callbacks, loop_arguments, output_folder
+from alignflow.rl.trainer_loop import loop_arguments, output_folder
 
 POOLING = ("last", "mean", "cls")
 WEIGHTS_FILE = "reward_model.safetensors"
@@ -387,7 +386,7 @@ class BradleyTerryTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.tally = _EpochTally()
         self.model_accepts_loss_kwargs = False  # the loop divides by the accumulation steps
-        self.add_callback(_CloseEpoch(self.tally, history))
+        self.add_callback(_CloseEpoch(self, history))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         chosen = model.score(inputs["chosen_input_ids"], inputs["chosen_attention_mask"])
@@ -400,18 +399,16 @@ class BradleyTerryTrainer(Trainer):
 
 
 class _CloseEpoch(TrainerCallback):
-    """At each epoch's end: the tally into the history and the active MLflow run."""
+    """At each epoch's end: the tally into the history and, through the loop's own log, to
+    every callback (``epoch_loss``, ``epoch_accuracy``)."""
 
-    def __init__(self, tally: _EpochTally, history: list[dict[str, float]]):
-        self.tally, self.history = tally, history
+    def __init__(self, loop: BradleyTerryTrainer, history: list[dict[str, float]]):
+        self.loop, self.history = loop, history
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        metrics = self.tally.close(len(self.history))
+        metrics = self.loop.tally.close(len(self.history))
         self.history.append(metrics)
-        log_metrics(
-            {"reward/train_loss": metrics["loss"], "reward/train_accuracy": metrics["accuracy"]},
-            metrics["epoch"],
-        )
+        self.loop.log({"epoch_loss": metrics["loss"], "epoch_accuracy": metrics["accuracy"]})
 
 
 class RewardModelTrainer:
@@ -424,7 +421,11 @@ class RewardModelTrainer:
         tokenizer,
         config: RewardModelConfig,
         device: torch.device | str | None = None,
+        callbacks: Sequence[TrainerCallback] = (),
     ):
+        """``callbacks``: transformers ``TrainerCallback``s that receive the loop's logs and each
+        epoch's loss and accuracy (MLflow: :class:`~alignflow.registry.trainer_callback.TrackingCallback`)."""
+        self.callbacks = list(callbacks)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
@@ -475,7 +476,7 @@ class RewardModelTrainer:
         batch_size: int = 8,
         margins: Sequence[float] | None = None,
     ) -> list[dict[str, float]]:
-        """Bradley-Terry training; returns (and logs) loss and accuracy per epoch."""
+        """Bradley-Terry training; returns (and logs to the callbacks) loss and accuracy per epoch."""
         from datasets import Dataset as HFDataset
 
         self._validate_pairs(chosen_texts, rejected_texts, margins)
@@ -492,7 +493,7 @@ class RewardModelTrainer:
                 args=self._loop_arguments(output_dir, num_epochs, batch_size),
                 train_dataset=pairs,
                 data_collator=PairBatches(self.tokenizer, self.config.max_length),
-                callbacks=callbacks(),
+                callbacks=self.callbacks,
                 history=self.history,
             )
             loop.train()

@@ -3,9 +3,11 @@
 :class:`~alignflow.rl.dpo.DPOTrainer` and :class:`~alignflow.rl.reward_model.RewardModelTrainer`
 keep the spec's faces (config dataclasses, ``train`` returning plain dicts) and hand the
 optimisation itself to a ``Trainer``: AdamW, warmup schedule, gradient accumulation and
-clipping, checkpoints and MLflow logging are the library's, not a second hand-written loop.
-This module turns a face's settings into ``TrainingArguments`` fields and the trainer's log
-into the history the faces return.
+clipping and checkpoints are the library's, not a second hand-written loop. Logs go to the
+``callbacks`` a caller hands the face (transformers' ``TrainerCallback``s; the pipeline's
+:class:`~alignflow.registry.trainer_callback.TrackingCallback` sends them to MLflow): the
+research API itself imports no tracking store. This module turns a face's settings into
+``TrainingArguments`` fields and the trainer's log into the history the faces return.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-
-from alignflow.registry.trainer_callback import TrackingCallback
 
 SUMMARY_KEYS = ("train_runtime", "train_loss", "total_flos")
 
@@ -54,11 +54,6 @@ def loop_arguments(
 def optimizer_steps(examples: int, batch_size: int, accumulation: int, epochs: int) -> int:
     """How many optimiser steps ``Trainer`` takes: a partial accumulation round still steps."""
     return max(1, math.ceil(math.ceil(examples / batch_size) / accumulation) * epochs)
-
-
-def callbacks() -> list[Any]:
-    """Send the loop's logs to the active MLflow run (``train/...``, ``eval/...``), as the stages do."""
-    return [TrackingCallback()]
 
 
 @contextmanager

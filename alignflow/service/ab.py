@@ -85,10 +85,11 @@ def human_verdict(
 ) -> Any:
     """Judge the agent's challenger (or ``version``) against its champion on live ratings alone.
 
-    Returns the :class:`~alignflow.registry.promotion.PromotionDecision`; unless ``dry_run``
+    Returns the :class:`~alignflow.promotion.gates.PromotionDecision`; unless ``dry_run``
     the decision is tagged on the version and ``champion`` moves when the human gate passes.
     Raises :class:`LookupError` when there is no champion or no challenger to compare.
     """
+    from alignflow.promotion import gates
     from alignflow.registry import models, promotion
     from alignflow.service.storage import Store, make_engine
 
@@ -104,7 +105,7 @@ def human_verdict(
         engine.dispose()
     metrics = human_metrics(scores, challenger=version, champion=champion)
     if dry_run:
-        return promotion.decide(name, version, metrics, config, "policy", champion, [HUMAN_JUDGE], human=True)
+        return gates.decide(name, version, metrics, config, "policy", champion, [HUMAN_JUDGE], human=True)
     return promotion.promote(
         tracking_uri, name, version, metrics, config, "policy", [HUMAN_JUDGE], human=True
     )

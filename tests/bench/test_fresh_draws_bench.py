@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alignflow.registry.promotion import GateResult
+from alignflow.promotion.gates import GateResult
 from bench.fresh_draws_bench import answer_margins, smallest_margins, to_markdown
 from bench.promotion_bench import Challenger, gate_margins
 

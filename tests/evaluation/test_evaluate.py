@@ -14,7 +14,7 @@ from alignflow.evaluation.intervals import Estimate, put_estimate
 from alignflow.evaluation.judges import RewardModelJudge
 from alignflow.evaluation.report import EvalReport, read_report, samples_table, write_report
 from alignflow.models import load_causal_lm
-from alignflow.registry import promotion
+from alignflow.promotion import gates, promotion_config
 from alignflow.registry.tracking import log_report
 
 
@@ -59,8 +59,8 @@ def _pinned_decision(prompts, metadata, policy, reference, champion, scorer):
         champion,
         judges={"champion_reward": RewardModelJudge(scorer)},
     )
-    config = promotion.PromotionConfig()
-    return promotion.decide("p", "2", pinned.gate_metrics(), config, "policy", "1", ["champion_reward"])
+    config = promotion_config.PromotionConfig()
+    return gates.decide("p", "2", pinned.gate_metrics(), config, "policy", "1", ["champion_reward"])
 
 
 def test_worse_challenger_completions_fail_the_champion_gate(eval_records, scorer):

@@ -169,9 +169,10 @@ def test_with_answers_removed_a_wrong_policy_is_not_promoted_on_a_judge_the_audi
     from alignflow.config import load_config
     from alignflow.evaluation.evaluate import evaluate_paths
     from alignflow.evaluation.golden import load_golden_records
+    from alignflow.promotion.gates import audit_judges
     from alignflow.registry.lineage import champion_copy
     from alignflow.registry.models import log_model, registered_name
-    from alignflow.registry.promotion import JUDGE_AUDIT_TAG, audit_judges, promote
+    from alignflow.registry.promotion import JUDGE_AUDIT_TAG, promote
     from alignflow.registry.runs import pipeline_run
     from bench.promotion_bench import taught_policy
 

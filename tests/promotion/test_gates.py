@@ -13,8 +13,8 @@ from alignflow.data.demo import make_prompt
 from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model, put_estimate
 from alignflow.evaluation.intervals import Estimate, wilson
 from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge
-from alignflow.registry.promotion import (
-    INDEPENDENT_JUDGES,
+from alignflow.evaluation.metric_names import INDEPENDENT_JUDGES
+from alignflow.promotion.gates import (
     INSUFFICIENT_EVIDENCE,
     Gate,
     check_gates,
@@ -22,7 +22,7 @@ from alignflow.registry.promotion import (
     gates_for,
     trusted_judges,
 )
-from alignflow.registry.promotion_config import PromotionConfig
+from alignflow.promotion.promotion_config import PromotionConfig
 
 CONFIG = PromotionConfig()  # min_judged_rows=30, win rate vs champion >= 0.4, length vs champion <= 1.5
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alignflow.registry.promotion import RELEASE_GATE, SLICE_GATE, gates_for
-from alignflow.registry.promotion_config import PromotionConfig
+from alignflow.promotion.gates import RELEASE_GATE, SLICE_GATE, gates_for
+from alignflow.promotion.promotion_config import PromotionConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 JUDGE = "<judge>"

@@ -4,6 +4,7 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.registry import models, promotion, runs
 from tests.registry.conftest import pinned_metrics
 
@@ -41,9 +42,7 @@ def test_pipeline_runs_artifacts_and_both_models_over_rest(
     assert any(mlflow_server.artifacts_destination.rglob("eval_report.json"))
 
     accuracy = pinned_metrics(reward_accuracy=(0.9, 0.85, 0.94, 200))
-    promotion.promote(
-        uri, "demo-reward", logged["reward"].version, accuracy, promotion.PromotionConfig(), "reward"
-    )
+    promotion.promote(uri, "demo-reward", logged["reward"].version, accuracy, PromotionConfig(), "reward")
     assert models.alias_version(uri, "demo-reward", models.CHAMPION) == logged["reward"].version
     for role, kind in (("reward", "text-classification"), ("policy", "text-generation")):
         name = f"demo-{role}"

@@ -8,6 +8,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from alignflow.cli import app
+from alignflow.promotion import gates
+from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.registry import models, promotion
 from tests.registry.conftest import FIRST_POLICY
 
@@ -48,8 +50,8 @@ def test_gate_names_are_never_cut_in_the_table(champion_version):
     uri, version = champion_version
     result = _promote(uri, "--version", version, "--dry-run")
     assert "…" not in result.output
-    decision = promotion.decide(
-        NAME, version, FIRST_POLICY, promotion.PromotionConfig(), "policy", None, ["champion_reward"]
+    decision = gates.decide(
+        NAME, version, FIRST_POLICY, PromotionConfig(), "policy", None, ["champion_reward"]
     )
     assert decision.results
     for gate in decision.results:
@@ -74,9 +76,7 @@ def test_the_run_summary_names_every_judge_that_counted_as_the_version_page_does
     from alignflow.cli.pipeline import render_summary
     from alignflow.registry.decision_card import decision_entry, judges_line
 
-    decision = promotion.decide(
-        NAME, "2", FIRST_POLICY, promotion.PromotionConfig(), "policy", None, ["champion_reward"]
-    )
+    decision = gates.decide(NAME, "2", FIRST_POLICY, PromotionConfig(), "policy", None, ["champion_reward"])
     entry = decision_entry(decision)
     assert entry["judges"] == ["verifiable answers (100 pinned prompts)", "champion_reward"]
     summary = {

@@ -5,8 +5,10 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.evaluation.metric_names import KL_TO_REFERENCE
+from alignflow.promotion import gates
+from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.registry import models, promotion
-from alignflow.registry.promotion import PromotionConfig
 from tests.registry.conftest import FIRST_POLICY, MATCHES_CHAMPION, pinned_metrics
 
 
@@ -26,7 +28,7 @@ def _new_version(uri: str, logged: models.LoggedVersion) -> str:
 
 
 JUDGES = ["champion_reward"]
-GOOD = {**MATCHES_CHAMPION, promotion.KL_TO_REFERENCE: 0.2}
+GOOD = {**MATCHES_CHAMPION, KL_TO_REFERENCE: 0.2}
 
 
 @pytest.mark.slow
@@ -88,8 +90,8 @@ def test_too_few_judged_rows_never_promote(registry):
     decision = promotion.promote(uri, logged.name, logged.version, few, PromotionConfig(), "policy")
     assert not decision.promoted
     assert {r.name: r.outcome for r in decision.failed} == {
-        "task_accuracy_gain": promotion.INSUFFICIENT_EVIDENCE,
-        "length_growth": promotion.INSUFFICIENT_EVIDENCE,
+        "task_accuracy_gain": gates.INSUFFICIENT_EVIDENCE,
+        "length_growth": gates.INSUFFICIENT_EVIDENCE,
     }
     assert models.alias_version(uri, logged.name, models.CHAMPION) is None
 
@@ -149,7 +151,7 @@ def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_jso
     from alignflow.registry.decision_card import log_decision
 
     worse = MATCHES_CHAMPION | pinned_metrics(length_growth_ratio=(3.5, 3.3, 3.7, 120))
-    decision = promotion.decide("p-policy", "2", worse, PromotionConfig(), "policy", "1", JUDGES)
+    decision = gates.decide("p-policy", "2", worse, PromotionConfig(), "policy", "1", JUDGES)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     mlflow.set_tracking_uri(uri)
     experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
@@ -172,8 +174,8 @@ def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_jso
         table["decision"]
         == "Not promoted (failed: length_growth): 1 of 7 gates failed; champion stays version 1."
     )
-    gates = {row["gate"]: row for row in table["gates"]}
-    assert gates["length_growth"] == {
+    rows = {row["gate"]: row for row in table["gates"]}
+    assert rows["length_growth"] == {
         "gate": "length_growth", "value": 3.5, "low": 3.3, "high": 3.7, "n": 120,
         "needs": "upper bound <= 2", "outcome": "failed",
     }  # fmt: skip
@@ -199,13 +201,13 @@ def test_a_broken_slice_and_the_judges_audit_are_on_the_version_page_and_tags(re
         {"change": {"high": -0.31}, "describe": "slice problem=7,8->15: champion 4/4, challenger 0/4",
          "examples": [lost]},
     ]  # fmt: skip
-    audits = promotion.audit_judges(
+    audits = gates.audit_judges(
         backdoor | pinned_metrics(champion_reward__verifier_agreement=(0.9, 0.8, 0.95, 90)), False, config
     )
     version = _new_version(uri, logged)
     decision = promotion.promote(
         uri, logged.name, version, backdoor, config, "policy", JUDGES,
-        details=promotion.slice_details(slices, config.max_slice_regression), audits=audits,
+        details=gates.slice_details(slices, config.max_slice_regression), audits=audits,
     )  # fmt: skip
     assert not decision.promoted and [r.name for r in decision.failed] == ["slice_regression"]
     registered = MlflowClient(uri).get_model_version(logged.name, version)

@@ -11,17 +11,16 @@ from alignflow.data.answers import format_answer
 from alignflow.data.demo import PHRASINGS, iter_all_prompts
 from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model
 from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge
-from alignflow.registry.promotion import (
-    JUDGE_AUDIT_TAG,
+from alignflow.promotion.gates import (
     RELEASE_GATE,
     SLICE_GATE,
     audit_judges,
-    audit_tag,
     decide,
     slice_details,
     trusted_judges,
 )
-from alignflow.registry.promotion_config import PromotionConfig
+from alignflow.promotion.promotion_config import PromotionConfig
+from alignflow.registry.promotion import JUDGE_AUDIT_TAG, audit_tag
 
 CONFIG = PromotionConfig()
 FIELDS = ("slice", "problem_id", "subset", "category")

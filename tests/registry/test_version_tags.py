@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from mlflow import MlflowClient
 
+from alignflow.promotion import gates
+from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.registry import models, promotion
-from alignflow.registry.promotion import PromotionConfig
 from tests.registry.conftest import FIRST_POLICY, MATCHES_CHAMPION, pinned_metrics
 
 NAME = "tags-policy"
@@ -63,6 +64,6 @@ def test_a_challenger_is_judged_again_against_the_champion_from_its_runs_metrics
 
     recorded = promotion.recorded_metrics(uri, NAME, second)
     assert recorded == REGRESSION
-    again = promotion.decide(NAME, second, recorded, config, "policy", first, JUDGES)
+    again = gates.decide(NAME, second, recorded, config, "policy", first, JUDGES)
     assert not again.promoted and "task_accuracy_vs_champion" in {r.name for r in again.failed}
     assert promotion.recorded_metrics(uri, NAME, first) == FIRST_POLICY

@@ -184,7 +184,7 @@ def _datasets(trainer, records):
 
 
 @pytest.mark.slow
-def test_dpo_raises_implicit_reward_accuracy_on_a_tiny_model(tiny, demo_records):
+def test_dpo_raises_implicit_reward_accuracy_on_a_tiny_model(tiny, demo_records, logs_seen):
     model, tok = load_causal_lm(tiny)
     config = DPOConfig(
         learning_rate=1e-3,
@@ -196,11 +196,15 @@ def test_dpo_raises_implicit_reward_accuracy_on_a_tiny_model(tiny, demo_records)
         eval_every=20,
         device="cpu",
     )
-    trainer = DPOTrainer(config, tokenizer=tok, model=model)
+    logs = logs_seen
+    trainer = DPOTrainer(config, tokenizer=tok, model=model, callbacks=[logs])
     train, held_out = _datasets(trainer, demo_records)
     before = trainer.evaluate(held_out)
     assert before["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy == reference at the start
     result = trainer.train(train, held_out)
+    assert [log["loss"] for log in logs.seen if "loss" in log] == [
+        row["loss"] for row in result["history"] if "loss" in row
+    ], "the caller's callbacks see the loop's logs"
     after = result["eval"]
     assert after["rewards/accuracies"] > before["rewards/accuracies"] + 0.2
     assert after["rewards/accuracies"] > 0.6

@@ -164,9 +164,11 @@ def test_train_on_prompts_passes_metadata_and_checks_the_reward_fn(tiny_model_di
         return [float(len(r)) for r in responses]
 
     cfg = PPOConfig(batch_size=4, mini_batch_size=2, num_epochs=1, max_new_tokens=4, learning_rate=1e-4)
-    trainer = PPOTrainer(cfg, model, tok)
+    reported = []
+    trainer = PPOTrainer(cfg, model, tok, on_iteration=reported.append)
     history = trainer.train(prompts, reward_fn, num_iterations=2, prompt_metadata=metadata)
     assert [h["iteration"] for h in history] == [1, 2]
+    assert reported == history, "the caller's hook sees each iteration's metrics as recorded"
     for batch_prompts, responses, meta in calls:
         assert len(batch_prompts) == len(responses) == 4
         assert all(m["answer"] == int(p.split()[2]) + 1 for p, m in zip(batch_prompts, meta, strict=True))

@@ -64,17 +64,21 @@ def test_preference_loss_and_temperature_follow_their_formulas(tiny_model_dir, t
 
 @pytest.mark.slow
 def test_reward_model_learns_preferences_and_round_trips_in_safetensors(
-    tiny_model_dir, tokenizer, demo_records, tmp_path
+    tiny_model_dir, tokenizer, demo_records, tmp_path, logs_seen
 ):
     torch.manual_seed(0)
     config = _config(tiny_model_dir)
-    trainer = RewardModelTrainer(RewardModel(config), tokenizer, config, device="cpu")
+    logs = logs_seen
+    trainer = RewardModelTrainer(RewardModel(config), tokenizer, config, device="cpu", callbacks=[logs])
     train_c, train_r = _texts(demo_records[:400])
     eval_c, eval_r = _texts(demo_records[400:])
     before = trainer.evaluate(eval_c, eval_r)
     history = trainer.train_on_preferences(train_c, train_r, num_epochs=3, batch_size=16)
     after = trainer.evaluate(eval_c, eval_r)
     assert history[-1]["loss"] < history[0]["loss"]
+    epochs = [log for log in logs.seen if "epoch_loss" in log]
+    assert [log["epoch_loss"] for log in epochs] == pytest.approx([h["loss"] for h in history])
+    assert any("loss" in log for log in logs.seen), "the loop's own step logs reach the callbacks too"
     assert after["accuracy"] > 0.65 and after["accuracy"] > before["accuracy"]
     assert after["loss"] < before["loss"]
 

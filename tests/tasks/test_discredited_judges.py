@@ -4,8 +4,8 @@ version page of every model trained on it."""
 
 from __future__ import annotations
 
+from alignflow.promotion.gates import JudgeAudit, PromotionDecision
 from alignflow.registry.decision_card import JudgedOn, version_description
-from alignflow.registry.promotion import JudgeAudit, PromotionDecision
 from tasks.registry import discredit
 
 
