@@ -196,13 +196,12 @@ def test_dpo_raises_implicit_reward_accuracy_on_a_tiny_model(tiny, demo_records,
         eval_every=20,
         device="cpu",
     )
-    logs = logs_seen
-    trainer = DPOTrainer(config, tokenizer=tok, model=model, callbacks=[logs])
+    trainer = DPOTrainer(config, tokenizer=tok, model=model, callbacks=[logs_seen])
     train, held_out = _datasets(trainer, demo_records)
     before = trainer.evaluate(held_out)
     assert before["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy == reference at the start
     result = trainer.train(train, held_out)
-    assert [log["loss"] for log in logs.seen if "loss" in log] == [
+    assert [log["loss"] for log in logs_seen.seen if "loss" in log] == [
         row["loss"] for row in result["history"] if "loss" in row
     ], "the caller's callbacks see the loop's logs"
     after = result["eval"]

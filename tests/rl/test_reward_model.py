@@ -68,17 +68,16 @@ def test_reward_model_learns_preferences_and_round_trips_in_safetensors(
 ):
     torch.manual_seed(0)
     config = _config(tiny_model_dir)
-    logs = logs_seen
-    trainer = RewardModelTrainer(RewardModel(config), tokenizer, config, device="cpu", callbacks=[logs])
+    trainer = RewardModelTrainer(RewardModel(config), tokenizer, config, device="cpu", callbacks=[logs_seen])
     train_c, train_r = _texts(demo_records[:400])
     eval_c, eval_r = _texts(demo_records[400:])
     before = trainer.evaluate(eval_c, eval_r)
     history = trainer.train_on_preferences(train_c, train_r, num_epochs=3, batch_size=16)
     after = trainer.evaluate(eval_c, eval_r)
     assert history[-1]["loss"] < history[0]["loss"]
-    epochs = [log for log in logs.seen if "epoch_loss" in log]
+    epochs = [log for log in logs_seen.seen if "epoch_loss" in log]
     assert [log["epoch_loss"] for log in epochs] == pytest.approx([h["loss"] for h in history])
-    assert any("loss" in log for log in logs.seen), "the loop's own step logs reach the callbacks too"
+    assert any("loss" in log for log in logs_seen.seen), "the loop's own step logs reach the callbacks too"
     assert after["accuracy"] > 0.65 and after["accuracy"] > before["accuracy"]
     assert after["loss"] < before["loss"]
 
