@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict, get_args
+from typing import Any, TypedDict, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -26,6 +26,8 @@ from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.runtime_config import OrchestrationConfig, TrackingConfig
 from alignflow.training.policy_config import PolicyConfig
 from alignflow.training.registry import REWARD_STAGE_REF, config_sections
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
 class PipelineConfig(BaseModel):
@@ -65,6 +67,13 @@ class PipelineConfig(BaseModel):
     def section(self, name: str) -> BaseModel:
         """A stage's config section by name (``config.section(config.policy.algorithm)``)."""
         return getattr(self, name)
+
+    def section_as(self, name: str, kind: type[SectionT]) -> SectionT:
+        """A stage's section as its own class, so that a type checker knows its fields."""
+        section = self.section(name)
+        if not isinstance(section, kind):
+            raise TypeError(f"config section {name!r} is a {type(section).__name__}, not a {kind.__name__}")
+        return section
 
 
 def _section(name: str, kind: type[BaseModel], value: Any) -> BaseModel:

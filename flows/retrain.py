@@ -11,13 +11,11 @@ its dataset, headline results as metrics, a child run for each cache hit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -27,15 +25,19 @@ from prefect.context import FlowRunContext, TagsContext
 from prefect.deployments import run_deployment
 
 from alignflow import progress
-from alignflow.config import PipelineConfig, config_hash, load_config, with_reward_model
+from alignflow.config import PipelineConfig, load_config
 from alignflow.errors import DataCheckStop
 from alignflow.evaluation.rl_stage import rl_gain_line
-from alignflow.registry import models as registry_models
-from alignflow.registry.lineage import champion_copy, link_reused_version, trained_on
+from alignflow.plan import PlannedStep, RunPlan
+from alignflow.registry.lineage import (
+    champion_copy,
+    champion_judge,
+    champion_version,
+    link_reused_version,
+    trained_on,
+)
 from alignflow.registry.pipeline_record import run_name
 from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
-from alignflow.training.chain import ChainStep, model_dir, run_chain, steps_for
-from alignflow.training.registry import stage_spec
 from flows.artifacts import publish_run_artifacts
 from flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
 from flows.run_log import (
@@ -51,13 +53,7 @@ from flows.run_log import (
 from flows.stages import STAGE_FLOWS
 from flows.summary import RunSummary, StageOutcome
 from flows.sync_calls import resolved
-from flows.unchanged import (
-    OUTCOME_TAG,
-    current_champion,
-    data_source,
-    mark_nothing_to_do,
-    show_champion_stages,
-)
+from flows.unchanged import OUTCOME_TAG, mark_nothing_to_do, show_champion_stages
 from tasks.data import pin_golden, version_data
 from tasks.registry import promote_models, register_models
 from tasks.stage_inputs import EvaluateInputs, StageInputs
@@ -66,28 +62,6 @@ logger = logging.getLogger(__name__)
 
 GOLDEN_SOURCE_TAG = "golden.source"
 STOP_REASON_TAG = "pipeline.reason"
-# the flow's own steps; the training stages' sections come from the stage registry
-FLOW_STEP_SECTIONS = {"evaluate": ("evaluation",), "register": ("project",), "promote": ("promotion",)}
-
-
-def stage_sections(config: PipelineConfig, stage: str) -> tuple[str, ...]:
-    """The config sections one step reads: ``policy`` adds its algorithm's (and only its) sections."""
-    if stage in FLOW_STEP_SECTIONS:
-        return FLOW_STEP_SECTIONS[stage]
-    if stage == "policy":
-        return ("policy", *stage_spec(config.policy.algorithm).cache_sections)
-    return stage_spec(stage).cache_sections
-
-
-def section_hash(config: PipelineConfig, stage: str) -> str:
-    """Hash of the config sections one stage reads (a change elsewhere does not retrain it)."""
-    data = config.model_dump(mode="json")
-    picked = {name: data.get(name) for name in stage_sections(config, stage)}
-    return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def fingerprint(*parts: str) -> str:
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[str, Any]:
@@ -110,56 +84,24 @@ def call_stage(config: PipelineConfig, stage: str, inputs: StageInputs) -> dict[
     return flow_run.state.result()
 
 
-def start_model(stage_result: dict[str, Any], config: PipelineConfig) -> str:
-    """The model a stage without SFT started from: the tiny model it built, or the named one."""
-    from alignflow.models.factory import BASE_MODEL_DIR, resolve_model_source
-
-    built = Path(stage_result["output_dir"]) / BASE_MODEL_DIR
-    return str(built) if (built / "config.json").exists() else resolve_model_source(config.model.name)
-
-
-def rl_start(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
-    """The model the RL stage started from: its SFT model, else the model the chain began with."""
-    return sft["model_dir"] if sft is not None else start_model(policy, config)
-
-
-def evaluation_reference(config: PipelineConfig, sft: dict[str, Any] | None, policy: dict[str, Any]) -> str:
-    """What the policy is judged against: where its RL stage started (``evaluation.reference:
-    sft``), or the model the chain started from (``base``)."""
-    if config.evaluation.reference == "sft":
-        return rl_start(config, sft, policy)
-    return start_model(sft or policy, config)
-
-
 class Stages:
-    """Runs stages in order, timing each and recording it in the summary."""
+    """Runs the plan's steps in order, timing each and recording it in the summary."""
 
-    def __init__(
-        self,
-        config: PipelineConfig,
-        summary: RunSummary,
-        parent_run_id: str,
-        repo_dir: str | Path = ".",
-    ):
-        self.config, self.summary, self.parent = config, summary, parent_run_id
+    def __init__(self, plan: RunPlan, summary: RunSummary, parent_run_id: str):
+        self.plan, self.summary, self.parent = plan, summary, parent_run_id
         self.data: dict[str, Any] = {}  # the data stage's result, once it has run
-        self.config_json = config.model_dump(mode="json")
-        # a relative output_dir lives in the repo the run works on, like its data snapshot
-        self.out_root = (Path(repo_dir) / config.output_dir).resolve() / config.project
 
     def inputs(
         self, stage: str, upstream: str, model: type[StageInputs] = StageInputs, **fields: Any
     ) -> StageInputs:
         """A stage's inputs; its output folder is named by the same things as its cache key."""
-        stage_hash = section_hash(self.config, stage)
-        key = fingerprint(stage, self.data["version"], stage_hash, upstream)
         return model(
             **{
-                "config_json": self.config_json,
+                "config_json": self.plan.config_json,
                 "data_dir": self.data["data_dir"],
-                "output_dir": str(self.out_root / f"{stage}-{key}"),
+                "output_dir": str(self.plan.output_dir(stage, self.data["version"], upstream)),
                 "data_version": self.data["version"],
-                "config_hash": stage_hash,
+                "config_hash": self.plan.section_hash(stage),
                 "upstream": upstream,
                 "parent_run_id": self.parent,
                 **fields,
@@ -174,7 +116,7 @@ class Stages:
         if call is None:
             if inputs is None:
                 raise ValueError(f"stage {stage!r}: give its inputs or a call that runs it")
-            call = partial(call_stage, self.config, stage, inputs)
+            call = partial(call_stage, self.plan.config, stage, inputs)
         started = time.perf_counter()
         logger.info("%s: started", stage)
         with progress.stage(stage) as shown:  # what the CLI's live view follows
@@ -199,44 +141,28 @@ class Stages:
         return result
 
 
-def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSummary, cfg_hash: str) -> None:
-    uri = config.tracking.resolved_uri()
-    # which train rows SFT and the reward model read is an input of theirs (their own config
-    # sections do not hold `policy.reward_data`): it goes into their cache keys
-    rows = "|rows=disjoint-halves" if config.policy.reward_data == "disjoint" else ""
+def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
+    plan = stages.plan
+    uri, project = plan.config.tracking.resolved_uri(), plan.config.project
 
-    def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> dict[str, Any]:
-        if step.role == "sft":
-            return stages.run("sft", stages.inputs("sft", rows))
-        if step.role == "reward":
-            return stages.run(
-                "reward", stages.inputs("reward", f"init={start or ''}{rows}", model_path=start)
-            )
-        # the policy's key names the reward step's output folder (itself named by that step's key)
-        upstream = f"sft={start or ''}|reward={done['reward']['output_dir']}"
-        config_json = with_reward_model(stages.config_json, model_dir(done["reward"]))
-        return stages.run(
-            "policy", stages.inputs("policy", upstream, config_json=config_json, model_path=start)
-        )
+    def run_step(step: PlannedStep) -> dict[str, Any]:
+        inputs = stages.inputs(step.role, step.upstream, config_json=step.config_json, model_path=step.start)
+        return stages.run(step.role, inputs)
 
-    trained_chain = run_chain(steps_for(config), execute)
-    sft, reward, policy = trained_chain.get("sft"), trained_chain["reward"], trained_chain["policy"]
-
-    reference = evaluation_reference(config, sft, policy)
-    champ_dir, champ_version = champion_copy(uri, config.project, stages.out_root)
-    judge_dir, judge_version = champion_copy(uri, config.project, stages.out_root, "reward")
+    trained_chain = plan.run_chain(run_step)
+    reward, policy = trained_chain["reward"], trained_chain["policy"]
+    champ_dir, champ_version = champion_copy(uri, project, plan.out_root)
+    judge_dir, judge_version = champion_copy(uri, project, plan.out_root, "reward")
     golden = summary.golden or {}
-    upstream = (
-        f"policy={policy['model_dir']}|reward={reward['model_dir']}|champion={champ_version}"
-        f"|champion_reward={judge_version}|golden={golden.get('version', '')}"
-    )
+    golden_version = golden.get("version", "")
+    upstream = plan.evaluation_upstream(trained_chain, champ_version, judge_version, golden_version)
     eval_inputs = stages.inputs(
         "evaluate",
         upstream,
         EvaluateInputs,
         policy_dir=policy["model_dir"],
-        reference_dir=reference,
-        rl_start_dir=rl_start(config, sft, policy),
+        reference_dir=plan.evaluation_reference(trained_chain),
+        rl_start_dir=plan.rl_start(trained_chain),
         reward_dir=reward["model_dir"],
         champion_dir=champ_dir,
         champion_reward_dir=judge_dir,
@@ -253,10 +179,10 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         "register",
         call=lambda: _task_with_cache_flag(
             register_models,
-            config_json=stages.config_json,
+            config_json=plan.config_json,
             model_dirs=model_dirs,
             data_version=data_version,
-            config_hash=cfg_hash,
+            config_hash=plan.config_hash,
             upstream=f"{upstream}|trained_by={json.dumps(trained_by, sort_keys=True)}",
             parent_run_id=stages.parent,
             trained_by=trained_by,
@@ -270,11 +196,11 @@ def _train_and_promote(stages: Stages, config: PipelineConfig, summary: RunSumma
         "promote",
         call=lambda: _task_with_cache_flag(
             promote_models,
-            config_json=stages.config_json,
+            config_json=plan.config_json,
             versions=versions,
             metrics=evaluation["metrics"],
             data_version=data_version,
-            config_hash=section_hash(config, "promote"),
+            config_hash=plan.section_hash("promote"),
             upstream=json.dumps(versions, sort_keys=True),
             parent_run_id=stages.parent,
             tags=golden_tags(golden),
@@ -306,21 +232,12 @@ def golden_tags(golden: dict[str, Any]) -> dict[str, str]:
     return {GOLDEN_VERSION_TAG: golden["version"], GOLDEN_SOURCE_TAG: golden["source"][:500]}
 
 
-def label_judge(config: PipelineConfig, out_root: Path) -> dict[str, Any] | None:
-    """The champion reward model and its pinned-set accuracy, for the poisoned-data check."""
-    from alignflow.evaluation.metric_names import REWARD_ACCURACY, REWARD_ACCURACY_EVAL
-    from alignflow.registry.promotion import recorded_metrics
-
-    if config.data.label_check_max_gap is None:
+def label_judge(plan: RunPlan) -> dict[str, Any] | None:
+    """The champion that checks new data's labels, with its pinned-set accuracy (None: no check)."""
+    role = plan.label_judge_role
+    if role is None:
         return None
-    uri = config.tracking.resolved_uri()
-    model_dir, version = champion_copy(uri, config.project, out_root, "reward")
-    if model_dir is None:
-        return None
-    name = registry_models.registered_name(config.project, "reward")
-    metrics = recorded_metrics(uri, name, version)
-    accuracy = metrics.get(REWARD_ACCURACY, metrics.get(REWARD_ACCURACY_EVAL))
-    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}
+    return champion_judge(plan.config.tracking.resolved_uri(), plan.config.project, plan.out_root, role)
 
 
 def stop_run(summary: RunSummary, error: DataCheckStop) -> None:
@@ -336,36 +253,35 @@ def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
     return {**state.result(), "cached": state.name == "Cached"}
 
 
-def _run_pipeline(
-    stages: Stages, config: PipelineConfig, summary: RunSummary, repo_dir: str, cfg_hash: str, force: bool
-) -> None:
+def _run_pipeline(stages: Stages, summary: RunSummary, repo_dir: str, force: bool) -> None:
     """Data, then training and promotion; or nothing to do; or a stop by the poisoned-data check."""
-    source = data_source(config, repo_dir)
-    judge = label_judge(config, stages.out_root)
+    plan = stages.plan
+    source, judge = plan.data_source(repo_dir), label_judge(plan)
     try:
         data = stages.run(
-            "data", call=lambda: version_data(stages.config_json, source, repo_dir, stages.parent, judge)
+            "data", call=lambda: version_data(plan.config_json, source, repo_dir, stages.parent, judge)
         )
     except DataCheckStop as error:  # poisoned labels, pinned prompts in training
         stop_run(summary, error)
         return
     stages.data = data
-    summary.golden = pin_golden(stages.config_json, data["data_dir"], repo_dir)
+    summary.golden = pin_golden(plan.config_json, data["data_dir"], repo_dir)
     mlflow.set_tags({GOLDEN_VERSION_TAG: summary.golden["version"]})
     summary.data_version = data["version"]
     mlflow.set_tags({DATA_VERSION_TAG: data["version"], **accepted_tags(data)})
-    record_data_version(config, stages.parent, data["version"], data["data_dir"])
-    name = run_name(config.project, config.policy.algorithm, data["version"])
+    record_data_version(plan.config, stages.parent, data["version"], data["data_dir"])
+    name = run_name(plan.config.project, plan.config.policy.algorithm, data["version"])
     label_flow_run(name, [data_tag(data["version"])])  # as the MLflow parent run is named
     mlflow.log_artifact(data["report_path"], "data")
     mlflow.log_artifact(data["manifest_path"], "data")
-    champion = None if force else current_champion(config)
-    if champion is not None and trained_on(champion, data["version"], cfg_hash):
-        mark_nothing_to_do(summary, config, champion)
+    uri = plan.config.tracking.resolved_uri()
+    champion = None if force else champion_version(uri, plan.config.project)
+    if champion is not None and trained_on(champion, data["version"], plan.config_hash):
+        mark_nothing_to_do(summary, uri, champion)
         show_champion_stages(summary)
         mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")
     else:
-        _train_and_promote(stages, config, summary, cfg_hash)
+        _train_and_promote(stages, summary)
         mlflow.set_tag(OUTCOME_TAG, summary.outcome)
 
 
@@ -382,16 +298,16 @@ def retrain(
     stages themselves still answer from their caches when their inputs are unchanged).
     """
     started = time.perf_counter()
-    config = load_config(config_path, overrides or [])
-    cfg_hash = config_hash(config)
-    uri = config.tracking.resolved_uri()
-    summary = RunSummary(project=config.project, config_hash=cfg_hash, tracking_uri=uri)
-    labels = config_tags(config.project, config.policy.algorithm)
+    plan = RunPlan(load_config(config_path, overrides or []), repo_dir)
+    project, algorithm = plan.config.project, plan.config.policy.algorithm
+    summary = RunSummary(
+        project=project, config_hash=plan.config_hash, tracking_uri=plan.config.tracking.resolved_uri()
+    )
+    labels = config_tags(project, algorithm)
     label_flow_run(tags=labels)
-    with logs_to_the_run(), prefect_tags(*labels), parent_run(config, repo_dir) as parent:
+    with logs_to_the_run(), prefect_tags(*labels), parent_run(plan.config, repo_dir) as parent:
         summary.parent_run_id, summary.flow_run_id = parent.info.run_id, _flow_run_id()
-        stages = Stages(config, summary, parent.info.run_id, repo_dir)
-        _run_pipeline(stages, config, summary, repo_dir, cfg_hash, force)
+        _run_pipeline(Stages(plan, summary, parent.info.run_id), summary, repo_dir, force)
         record_results(summary)
         summary.wall_seconds = time.perf_counter() - started
         mlflow.log_metrics(

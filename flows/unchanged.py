@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alignflow.config import PipelineConfig, config_hash
+from alignflow.config import PipelineConfig
+from alignflow.plan import RunPlan
 from alignflow.registry.lineage import champion_version, pipeline_summary, trained_on
 from flows.summary import RunSummary, StageOutcome
 
@@ -21,20 +22,6 @@ if TYPE_CHECKING:  # mlflow is imported only when the check runs
     from mlflow.entities.model_registry import ModelVersion
 
 OUTCOME_TAG = "pipeline.outcome"
-
-
-def data_source(config: PipelineConfig, repo_dir: str | Path) -> str:
-    """The configured input, or the built-in demo data (written deterministically) when none is."""
-    if config.data.source:
-        return config.data.source
-    from alignflow.data.demo import write_demo_source
-
-    return str(write_demo_source(config.data, repo_dir))
-
-
-def current_champion(config: PipelineConfig) -> ModelVersion | None:
-    """The version the policy's ``champion`` alias points at, if any."""
-    return champion_version(config.tracking.resolved_uri(), config.project)
 
 
 def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutcome]:
@@ -55,9 +42,9 @@ def champion_stages(tracking_uri: str, champion: ModelVersion) -> list[StageOutc
     ]
 
 
-def mark_nothing_to_do(summary: RunSummary, config: PipelineConfig, champion: ModelVersion) -> None:
+def mark_nothing_to_do(summary: RunSummary, tracking_uri: str, champion: ModelVersion) -> None:
     """Fill ``summary`` for a run that ends early: the champion's stages count as cache hits."""
-    summary.stages.extend(champion_stages(config.tracking.resolved_uri(), champion))
+    summary.stages.extend(champion_stages(tracking_uri, champion))
     summary.nothing_to_do = (
         f"champion version {champion.version} was trained on this data version "
         f"({(summary.data_version or '')[:12]}) and config ({summary.config_hash})"
@@ -73,19 +60,17 @@ def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> Run
     from alignflow.data.pipeline import find_tracked_version
 
     started = time.perf_counter()
-    cfg_hash = config_hash(config)
-    champion = current_champion(config)  # first: it also opens the tracking store the flow will use
+    plan = RunPlan(config, repo_dir)
+    uri = config.tracking.resolved_uri()
+    champion = champion_version(uri, config.project)  # first: it also opens the store the flow will use
     if champion is None:
         return None
     data_started = time.perf_counter()
-    tracked = find_tracked_version(data_source(config, repo_dir), config.data, repo_dir)
-    if tracked is None or not trained_on(champion, tracked.version, cfg_hash):
+    tracked = find_tracked_version(plan.data_source(repo_dir), config.data, repo_dir)
+    if tracked is None or not trained_on(champion, tracked.version, plan.config_hash):
         return None
     summary = RunSummary(
-        project=config.project,
-        data_version=tracked.version,
-        config_hash=cfg_hash,
-        tracking_uri=config.tracking.resolved_uri(),
+        project=config.project, data_version=tracked.version, config_hash=plan.config_hash, tracking_uri=uri
     )
     summary.add(
         StageOutcome(
@@ -97,7 +82,7 @@ def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> Run
             output={"output_dir": tracked.data_dir},
         )
     )
-    mark_nothing_to_do(summary, config, champion)
+    mark_nothing_to_do(summary, uri, champion)
     record_nothing_to_do(summary, config, repo_dir, started)
     return summary
 

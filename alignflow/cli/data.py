@@ -159,15 +159,16 @@ def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
     made unchecked: training rows against the pinned set, labels against the pairs' answers and
     the champion reward model (``check_labels``, ``check_training``)."""
     from alignflow.config import load_config
+    from alignflow.plan import RunPlan
     from tasks.data import data_guards
 
-    full = load_config(config_path, overrides)
+    plan = RunPlan(load_config(config_path, overrides), repo)
     judge = None
-    if full.data.label_check_max_gap is not None and _registry_exists(full.tracking.resolved_uri()):
+    if plan.label_judge_role is not None and _registry_exists(plan.config.tracking.resolved_uri()):
         from flows.retrain import label_judge
 
-        judge = label_judge(full, (repo / full.output_dir).resolve() / full.project)
-    return data_guards(full, str(repo), judge)
+        judge = label_judge(plan)
+    return data_guards(plan.config, str(repo), judge)
 
 
 SHOWN_PAIRS = 3  # the label check's pairs shown on the console; the report holds more

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from alignflow import progress
 from alignflow.cli.progress_view import watched
 from alignflow.cli.shutdown import stop_descendants, stopping_children
 from alignflow.errors import InputError
+
+if TYPE_CHECKING:  # the config module loads pydantic models of every stage: only when a run starts
+    from alignflow.config import PipelineConfig
 
 console = Console()
 
@@ -72,14 +75,14 @@ def render_summary(summary: dict[str, Any]) -> None:
     console.print(f"  {prefect_ui_command()}", soft_wrap=True, highlight=False)
 
 
-def planned_stages(config: Any) -> list[str]:
+def planned_stages(config: PipelineConfig) -> list[str]:
     """The stages a run goes through, in order (the live view lists them from the start)."""
-    from alignflow.training.chain import steps_for
+    from alignflow.plan import RunPlan
 
-    return ["data", *(step.role for step in steps_for(config)), "evaluate", "register", "promote"]
+    return RunPlan(config).stage_names
 
 
-def _unchanged_run(config: Any) -> dict[str, Any] | None:
+def _unchanged_run(config: PipelineConfig) -> dict[str, Any] | None:
     """The summary of a run with nothing to do, decided before Prefect starts (None: work to do)."""
     from flows.unchanged import check_before_flow
 

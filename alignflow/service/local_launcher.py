@@ -1,7 +1,7 @@
 """The built-in launcher: trains a reward model and a policy with the library, no orchestrator.
 
 It lets the service work on its own (and in tests): feedback export -> snapshot -> the
-training chain (:mod:`alignflow.training.chain`, the same plan the retraining flow runs, here
+training chain (:class:`alignflow.plan.RunPlan`, the plan the retraining flow runs, here
 without its gates) -> the policy's reward on held-out prompts -> one MLflow run with both
 models registered under the agent's names. A deployment that runs the Prefect flow (and
 its promotion gates) injects :class:`flows.feedback_launcher.RetrainFlowLauncher` instead.
@@ -10,18 +10,21 @@ its promotion gates) injects :class:`flows.feedback_launcher.RetrainFlowLauncher
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignflow.data.feedback import write_feedback_snapshot
 from alignflow.service.jobs import TrainingOutcome, TrainingRequest
 from alignflow.service.policies import job_metrics, record_training
 
+if TYPE_CHECKING:  # torch and every stage's config load only when a job trains
+    from alignflow.config import PipelineConfig
+    from alignflow.training.stage import StageResult
+
 
 def run_library_stage(
-    stage: str, config: Any, data_dir: Path, output_dir: Path, model_path: str | None = None
-) -> Any:
+    stage: str, config: PipelineConfig, data_dir: Path, output_dir: Path, model_path: str | None = None
+) -> StageResult:
     """The registered stage's runner, in this process: ``run(config, data_dir, output_dir, model_path)``."""
     from alignflow.training.registry import stage_spec
 
@@ -49,15 +52,15 @@ class LocalTrainingLauncher:
         self.config_overrides = list(config_overrides or [])
         self.config_path = config_path
 
-    def pipeline_config(self, request: TrainingRequest) -> Any:
+    def pipeline_config(self, request: TrainingRequest) -> PipelineConfig:
         from alignflow.config import load_config
 
         return load_config(self.config_path, [*self.config_overrides, *request.overrides])
 
     def launch(self, request: TrainingRequest) -> TrainingOutcome:
-        from alignflow.config import PipelineConfig, with_reward_model
         from alignflow.evaluation.policy_reward import policy_reward
-        from alignflow.training.chain import ChainStep, held_out_prompts, model_dir, run_chain, steps_for
+        from alignflow.plan import PlannedStep, RunPlan
+        from alignflow.training.chain import held_out_prompts
 
         started = time.perf_counter()
         out = Path(request.output_dir)
@@ -67,20 +70,15 @@ class LocalTrainingLauncher:
 
         seconds: dict[str, float] = {}
 
-        def execute(step: ChainStep, start: str | None, done: Mapping[str, Any]) -> Any:
-            step_config = config
-            if step.role == "policy":  # scores with the reward stage's model where it says @reward
-                step_config = PipelineConfig.model_validate(
-                    with_reward_model(config.model_dump(mode="json"), model_dir(done["reward"]))
-                )
+        def run_step(step: PlannedStep) -> StageResult:
             began = time.perf_counter()
             result = run_library_stage(
-                step.stage, step_config, data_dir, out / STEP_FOLDERS[step.role], start
+                step.stage, step.config(), data_dir, out / STEP_FOLDERS[step.role], step.start
             )
             seconds[step.role] = time.perf_counter() - began
             return result
 
-        trained = run_chain(steps_for(config), execute)
+        trained = RunPlan(config, out).run_chain(run_step)
         reward, policy = trained["reward"], trained["policy"]
         prompts = [row["prompt"] for row in held_out_prompts(data_dir, config.evaluation.max_prompts)]
         stats = policy_reward(policy.model_dir, reward.model_dir, prompts, config.evaluation.max_new_tokens)

@@ -1,9 +1,9 @@
 """The training chain, written once: sft -> reward -> policy, and the prompts its policy is judged on.
 
-Every orchestrator executes this plan and only wraps its steps: the Prefect retraining flow
-(a cached task per step, work pools, retries), the feedback service's local launcher (in
-process) and the spec-002 :class:`~alignflow.rlhf.trainer.RLHFTrainer` (PPO on feedback, its
-reward model trained or given). The rules live here and nowhere else:
+A pipeline run's :class:`~alignflow.plan.RunPlan` (executed by the Prefect retraining flow and
+the feedback service's local launcher) and the spec-002 :class:`~alignflow.rlhf.trainer.RLHFTrainer`
+(PPO on feedback, its reward model trained or given) both run these steps. The chain's rules
+live here and nowhere else:
 
 - SFT runs first when ``policy.run_sft``;
 - the reward model starts from the SFT weights when it shares the policy's backbone
@@ -44,13 +44,6 @@ def chain_steps(
     steps.append(ChainStep("reward", "reward", reward_from_sft))
     steps.append(ChainStep("policy", algorithm, run_sft))
     return steps
-
-
-def steps_for(config: Any) -> list[ChainStep]:
-    """The steps a pipeline config asks for."""
-    return chain_steps(
-        config.policy.run_sft, config.policy.algorithm, config.reward.backbone, config.policy.reward_data
-    )
 
 
 def model_dir(result: Any) -> str:

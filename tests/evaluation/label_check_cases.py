@@ -44,7 +44,5 @@ def stand_in_champion(monkeypatch) -> None:
     import flows.retrain as retrain
 
     monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
-    monkeypatch.setattr(
-        retrain, "label_judge", lambda config, out: {"model_dir": "champion", "accuracy": 0.94}
-    )
+    monkeypatch.setattr(retrain, "label_judge", lambda plan: {"model_dir": "champion", "accuracy": 0.94})
     monkeypatch.setattr(reward_scorer, "load_reward_scorer", lambda *a, **k: tier_scorer)

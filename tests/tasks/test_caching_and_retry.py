@@ -1,8 +1,8 @@
 from types import SimpleNamespace
 
 from alignflow.config import load_config, with_reward_model
+from alignflow.plan import RunPlan
 from alignflow.training.registry import REWARD_STAGE_REF
-from flows.retrain import section_hash
 from tasks.caching import code_version, stage_cache_key
 from tasks.retry import is_transient
 from tasks.stage_inputs import StageInputs
@@ -33,16 +33,16 @@ def test_a_stage_task_keys_on_the_same_fields_of_its_inputs_model():
 def test_only_the_sections_a_stage_reads_change_its_hash():
     base = load_config(None)
     policy_changed = load_config(None, ["dpo.beta=0.3"])
-    assert section_hash(base, "sft") == section_hash(policy_changed, "sft")
-    assert section_hash(base, "reward") == section_hash(policy_changed, "reward")
-    assert section_hash(base, "policy") != section_hash(policy_changed, "policy")
+    assert RunPlan(base).section_hash("sft") == RunPlan(policy_changed).section_hash("sft")
+    assert RunPlan(base).section_hash("reward") == RunPlan(policy_changed).section_hash("reward")
+    assert RunPlan(base).section_hash("policy") != RunPlan(policy_changed).section_hash("policy")
     gates_changed = load_config(None, ["promotion.min_win_rate_vs_champion=0.7"])
-    assert section_hash(base, "policy") == section_hash(gates_changed, "policy")
-    assert section_hash(base, "promote") != section_hash(gates_changed, "promote")
+    assert RunPlan(base).section_hash("policy") == RunPlan(gates_changed).section_hash("policy")
+    assert RunPlan(base).section_hash("promote") != RunPlan(gates_changed).section_hash("promote")
     other_algorithm_changed = load_config(None, ["grpo.beta=0.3"])  # the demo trains with DPO
-    assert section_hash(base, "policy") == section_hash(other_algorithm_changed, "policy")
+    assert RunPlan(base).section_hash("policy") == RunPlan(other_algorithm_changed).section_hash("policy")
     grpo, tuned = (load_config(None, ["policy.algorithm=grpo", *extra]) for extra in ([], ["grpo.beta=0.3"]))
-    assert section_hash(grpo, "policy") != section_hash(tuned, "policy")
+    assert RunPlan(grpo).section_hash("policy") != RunPlan(tuned).section_hash("policy")
 
 
 def test_reward_stage_reference_is_replaced_everywhere():

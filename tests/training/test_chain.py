@@ -2,8 +2,7 @@
 
 import pytest
 
-from alignflow.config import load_config
-from alignflow.training.chain import ChainStep, chain_steps, held_out_prompts, run_chain, steps_for
+from alignflow.training.chain import ChainStep, chain_steps, held_out_prompts, run_chain
 from alignflow.training.stage import StageResult
 
 
@@ -32,15 +31,6 @@ def test_the_reward_model_starts_from_its_base_when_sft_weights_do_not_fit_it(ch
 
 def test_without_sft_every_step_starts_from_its_base():
     assert plan(run_sft=False, algorithm="ppo") == [("reward", "reward", False), ("policy", "ppo", False)]
-
-
-def test_a_pipeline_config_is_planned_from_its_policy_and_reward_sections():
-    config = load_config(None, ["policy.algorithm=grpo", "policy.reward_data=disjoint"])
-    assert [(s.role, s.stage, s.starts_from_sft) for s in steps_for(config)] == [
-        ("sft", "sft", False),
-        ("reward", "reward", False),
-        ("policy", "grpo", True),
-    ]
 
 
 def test_run_chain_hands_each_step_the_sft_model_and_the_results_before_it():
@@ -81,11 +71,3 @@ def test_held_out_prompts_are_the_eval_splits_distinct_prompts_else_the_train_sp
     assert [r["prompt"] for r in held_out_prompts(tmp_path, limit=2)] == ["q1", "q2"]
     splits["eval"] = []
     assert [r["prompt"] for r in held_out_prompts(tmp_path)] == ["t1"]
-
-
-def test_the_live_view_plans_the_chains_steps_between_data_and_evaluation():
-    from alignflow.cli.pipeline import planned_stages
-
-    after = ["evaluate", "register", "promote"]
-    assert planned_stages(load_config(None, [])) == ["data", "sft", "reward", "policy", *after]
-    assert planned_stages(load_config(None, ["policy.run_sft=false"])) == ["data", "reward", "policy", *after]

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from alignflow.cli import app
 from alignflow.config import ConfigError, load_config
+from alignflow.plan import RunPlan
 from alignflow.training.registry import StageSpec, policy_algorithms, register_stage, stage_spec, stages
-from flows.retrain import section_hash
 
 SMALL_MODEL = ["--set", "model.hidden_size=64", "--set", "model.intermediate_size=128"]
 
@@ -41,8 +41,8 @@ def test_a_registered_toy_algorithm_is_a_config_section_and_part_of_the_policy_c
     config = load_config(None, ["policy.algorithm=toy", "toy.max_steps=2"])
     assert config.toy.max_steps == 2 and type(config.toy).__name__ == "ToyConfig"
     retuned = load_config(None, ["policy.algorithm=toy", "toy.max_steps=5"])
-    assert section_hash(config, "policy") != section_hash(retuned, "policy")
-    assert section_hash(config, "sft") == section_hash(retuned, "sft")
+    assert RunPlan(config).section_hash("policy") != RunPlan(retuned).section_hash("policy")
+    assert RunPlan(config).section_hash("sft") == RunPlan(retuned).section_hash("sft")
     with pytest.raises(ConfigError, match=r"toy\.max_steps"):
         load_config(None, ["toy.max_steps=0"])
 

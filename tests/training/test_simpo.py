@@ -15,8 +15,8 @@ from alignflow.training.simpo_config import SimPOConfig
 
 
 def test_simpo_is_a_policy_algorithm_with_its_own_section_and_cache_key():
+    from alignflow.plan import RunPlan
     from alignflow.training.feedback_plan import FeedbackCounts, plan_for
-    from flows.retrain import section_hash, stage_sections
 
     assert "simpo" in policy_algorithms()
     spec = stage_spec("simpo")
@@ -24,13 +24,12 @@ def test_simpo_is_a_policy_algorithm_with_its_own_section_and_cache_key():
     config = load_config(None, ["policy.algorithm=simpo", "simpo.gamma=0.5", "simpo.cpo_alpha=0.2"])
     assert isinstance(config.section(config.policy.algorithm), SimPOConfig)
     assert (config.simpo.gamma, config.simpo.cpo_alpha, config.simpo.beta) == (0.5, 0.2, 2.0)
-    assert stage_sections(config, "policy") == ("policy", "seed", "model", "simpo")
+    assert RunPlan(config).sections("policy") == ("policy", "seed", "model", "simpo")
     retuned = load_config(None, ["policy.algorithm=simpo", "simpo.gamma=0.8"])
     other_dpo = load_config(None, ["policy.algorithm=simpo", "dpo.beta=0.5"])
-    assert section_hash(retuned, "policy") != section_hash(config, "policy")
-    assert section_hash(other_dpo, "policy") == section_hash(
-        load_config(None, ["policy.algorithm=simpo"]), "policy"
-    )
+    assert RunPlan(retuned).section_hash("policy") != RunPlan(config).section_hash("policy")
+    plain = load_config(None, ["policy.algorithm=simpo"])
+    assert RunPlan(other_dpo).section_hash("policy") == RunPlan(plain).section_hash("policy")
     plan = plan_for(FeedbackCounts(pairwise=10), "simpo")
     assert plan.run_sft and "policy.algorithm=simpo" in plan.overrides()
     with pytest.raises(ValueError, match="needs preference pairs"):
