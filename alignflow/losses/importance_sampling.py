@@ -27,7 +27,9 @@ class ImportanceSamplingLoss(CustomLoss):
         self.clip_is_ratio = clip_is_ratio
         self.normalize_advantages = normalize_advantages
 
-    def compute_loss(self, log_probs, old_log_probs=None, mask=None, advantages=None, **kwargs):
+    def compute_loss(  # type: ignore[override]  # spec 001 names its inputs
+        self, log_probs, old_log_probs=None, mask=None, advantages=None, **kwargs
+    ):
         if old_log_probs is None or advantages is None:
             raise ValueError("ImportanceSamplingLoss needs old_log_probs and advantages")
         advantages = torch.as_tensor(advantages, dtype=log_probs.dtype, device=log_probs.device).detach()

@@ -239,7 +239,8 @@ class ForwardBackwardPipeline:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model = model.to(self.device)
+        # a transformers model: nn.Module would type its methods (generate) as Tensor | Module
+        self.model: Any = model.to(self.device)
         # a GPT-2/OPT-style table of absolute positions bounds prompt + sampled tokens (None: no table)
         self.position_limit = position_limit(model, None)
         self.reference_model = reference_model

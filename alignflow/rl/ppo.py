@@ -149,8 +149,9 @@ class PPOModel(nn.Module):
 
     def __init__(self, base_model: nn.Module):
         super().__init__()
-        self.base_model = base_model
-        base_config: Any = base_model.config  # a transformers config; nn.Module types it as Tensor | Module
+        # a transformers model: nn.Module would type its attributes (config, generate) as Tensor | Module
+        self.base_model: Any = base_model
+        base_config = self.base_model.config
         hidden = base_config.hidden_size
         self.value_head = ValueHead(hidden).to(next(base_model.parameters()).dtype)
 

@@ -63,17 +63,23 @@ class StageTrainerMixin(_TrainerBase):
                 "lower the learning rate or check the data"
             )
 
+    _saving_into: Path | None = None  # the staging folder while a checkpoint is being written
+
+    def _get_output_dir(self, trial: Any) -> str:
+        """Where transformers writes a checkpoint: the staging folder while one is being saved."""
+        return str(self._saving_into) if self._saving_into is not None else super()._get_output_dir(trial)
+
     def _save_checkpoint(self, model, trial):  # noqa: D401 - transformers' hook
         run_dir = Path(self._get_output_dir(trial=trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = run_dir / STAGING
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        self._get_output_dir = lambda trial=None: str(staging)  # shadows the method for this save only
+        self._saving_into = staging
         try:
             super()._save_checkpoint(model, trial)
         finally:
-            del self._get_output_dir
+            self._saving_into = None
         keep = self.args.save_total_limit if self.args.should_save else None
         move_into_place(staging / name, run_dir / name, keep)
         shutil.rmtree(staging, ignore_errors=True)

@@ -64,11 +64,13 @@ class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTraine
     through :func:`reward_logits`, the forward pass the scorer uses at inference."""
 
     pooling = "model"
+    args: TRLRewardConfig  # transformers types it as TrainingArguments
+    _signature_columns: list[str] | None  # transformers declares it None until it is set
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
         if self.pooling == "answer":  # the answers' token spans travel to AnswerSpanCollator
-            self._signature_columns = [*self._signature_columns, "chosen_span", "rejected_span"]
+            self._signature_columns = [*(self._signature_columns or []), "chosen_span", "rejected_span"]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.pooling == "model":
