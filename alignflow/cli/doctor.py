@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import httpx
@@ -20,6 +20,9 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:  # the config loads every stage's settings: only when a check reads it
+    from alignflow.config import PipelineConfig
 
 MIN_FREE_DISK_GB = 5.0
 PROBE_TIMEOUT_S = 3.0
@@ -194,7 +197,7 @@ def check_dvc(remote: str | None) -> Check:
     return Check("DVC", ok, f"remote {remote}", f"pip install 'dvc[{scheme}]' for this remote")
 
 
-def check_pins(config: Any, repo_dir: str | Path = ".") -> list[Check]:
+def check_pins(config: PipelineConfig, repo_dir: str | Path = ".") -> list[Check]:
     """Each committed DVC pointer (data snapshot, pinned set) can be restored: else the first run stops."""
     from alignflow.evaluation.pins import pin_status
 
@@ -222,7 +225,7 @@ def check_gpus(count: int) -> Check:
     return Check("GPUs", True, f"{count} x {torch.cuda.get_device_name(0)}, bf16 {'yes' if bf16 else 'no'}")
 
 
-def check_training(config: Any, gpu_count: int) -> list[Check]:
+def check_training(config: PipelineConfig, gpu_count: int) -> list[Check]:
     """What the model and process settings need: CUDA and bitsandbytes for QLoRA, the launch setup."""
     checks = []
     quantization = config.model.lora.quantization

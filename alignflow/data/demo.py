@@ -26,9 +26,9 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from alignflow.data.answers import TIER_SCORES, format_answer
+from alignflow.data.config import DataConfig
 
 _PAIR_TIERS = [("best", "sloppy"), ("best", "wrong"), ("sloppy", "wrong")]
 # annotators mostly compared two unformatted answers: SFT on chosen learns the sloppy format
@@ -183,7 +183,7 @@ def write_demo_dataset(
     }
 
 
-def write_configured_demo(config: Any, out_dir: str | Path, seed: int = 0) -> Path:
+def write_configured_demo(config: DataConfig, out_dir: str | Path, seed: int = 0) -> Path:
     """The demo input a data config asks for (its rows, scored rows, split, phrasings and
     task), drawn with ``seed``, in ``out_dir``; the path of its ``demo.jsonl``."""
     return write_demo_dataset(
@@ -197,7 +197,7 @@ def write_configured_demo(config: Any, out_dir: str | Path, seed: int = 0) -> Pa
     )["demo"]
 
 
-def write_demo_source(config: Any, repo_dir: str | Path) -> Path:
+def write_demo_source(config: DataConfig, repo_dir: str | Path) -> Path:
     """The demo input a data config asks for, written where every run of a repo finds it.
 
     The path is relative to the repo (``.alignflow/demo-input``), and the manifest stores it

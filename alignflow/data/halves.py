@@ -27,17 +27,12 @@ def prompt_half(prompt: Any) -> int:
     return hashlib.sha256(text.strip().encode("utf-8")).digest()[0] & 1
 
 
-def disjoint(config: Any) -> bool:
-    """Whether a pipeline config asks for disjoint reward and policy data."""
-    policy = getattr(config, "policy", None)
-    return getattr(policy, "reward_data", "shared") == "disjoint"
-
-
 def rows_for(
-    rows: Iterable[Any], config: Any, role: Role, prompt_of: Callable[[Any], Any] = itemgetter("prompt")
+    rows: Iterable[Any], reward_data: str, role: Role, prompt_of: Callable[[Any], Any] = itemgetter("prompt")
 ) -> list[Any]:
-    """The rows ``role`` trains on: all of them, or (disjoint data) those of its half."""
+    """The rows ``role`` trains on: all of them (``reward_data`` "shared"), or those of its half
+    ("disjoint")."""
     rows = list(rows)
-    if not disjoint(config):
+    if reward_data != "disjoint":
         return rows
     return [row for row in rows if prompt_half(prompt_of(row)) == HALF_OF[role]]

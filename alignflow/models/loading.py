@@ -11,9 +11,12 @@ mismatch, NaN or infinite weights) is a :class:`ModelLoadError` naming the folde
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignflow.errors import InputError
+
+if TYPE_CHECKING:  # transformers loads only when a model does
+    from transformers import PretrainedConfig
 
 SHOWN_KEYS = 3
 # what the reward stage saves: never a policy, even where its weights would load as one
@@ -89,7 +92,7 @@ def first_few(names: list[str]) -> str:
     return ", ".join(names[:SHOWN_KEYS]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def architectures(config: Any) -> str:
+def architectures(config: PretrainedConfig) -> str:
     """The architecture(s) a folder's config.json names, for error messages."""
     names = getattr(config, "architectures", None) or [getattr(config, "model_type", "unknown")]
     return "/".join(names)

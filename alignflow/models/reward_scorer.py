@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoModelForSequenceClassification, PretrainedConfig
 
 from alignflow.models.loading import ModelLoadError, load_pretrained, load_tokenizer, require_tokenizer_fits
 from alignflow.models.positions import position_limit
@@ -268,10 +268,11 @@ class RewardScorer:
         return [(r - self.meta.mean) / std for r in rewards]
 
 
-def _weights_hint(config: Any) -> str:
+def _weights_hint(config: PretrainedConfig) -> str:
     """How to use a classifier trained for something else (two-class sentiment, toxicity) as
     a reward: weigh its outputs in a description, e.g. the log-odds of the good class."""
-    labels = [str(config.id2label.get(i, i)) for i in range(config.num_labels)]
+    id2label: dict[Any, str] = dict(config.id2label or {})
+    labels = [str(id2label.get(i, i)) for i in range(config.num_labels or len(id2label))]
     weights = [0.0] * len(labels)
     weights[-1], weights[0] = 1.0, -1.0
     example = json.dumps({"objectives": labels, "weights": weights})

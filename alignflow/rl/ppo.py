@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -45,6 +45,9 @@ from alignflow.rl.forward_backward import (
     save_optimizer_state,
 )
 from alignflow.rl.ppo_config import DEFAULT_OUTPUT_DIR, PPOConfig
+
+if TYPE_CHECKING:  # transformers loads only when a model does
+    from transformers import PretrainedConfig
 
 BatchRewardFn = Callable[..., Sequence[float]]
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -151,8 +154,7 @@ class PPOModel(nn.Module):
         super().__init__()
         # a transformers model: nn.Module would type its attributes (config, generate) as Tensor | Module
         self.base_model: Any = base_model
-        base_config = self.base_model.config
-        hidden = base_config.hidden_size
+        hidden = cast("PretrainedConfig", base_model.config).hidden_size
         self.value_head = ValueHead(hidden).to(next(base_model.parameters()).dtype)
 
     @property
@@ -180,7 +182,7 @@ class PPOModel(nn.Module):
         """The base model as a normal transformers folder, plus ``value_head.safetensors``."""
         path = Path(path)
         kwargs.setdefault("safe_serialization", True)
-        cast(Any, self.base_model).save_pretrained(path, **kwargs)  # a transformers model's method
+        self.base_model.save_pretrained(path, **kwargs)
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
         save_file(state, path / VALUE_HEAD_FILE)
 
@@ -275,7 +277,7 @@ class PPOTrainer:
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
             source = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True)
         if tokenizer is None:
-            base_config: Any = source.config  # a transformers config; nn.Module types it as Tensor | Module
+            base_config = cast("PretrainedConfig", source.config)  # nn.Module types it as Tensor | Module
             tokenizer = AutoTokenizer.from_pretrained(base_config.name_or_path)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:

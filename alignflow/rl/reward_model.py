@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import safetensors.torch
 import torch
@@ -23,6 +23,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    PretrainedConfig,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -108,7 +109,8 @@ class RewardModel(nn.Module):
         self.config = config
         backbone = base_model if base_model is not None else load_backbone(config.model_name)
         self.backbone_is_causal_lm = _is_causal_lm(backbone)
-        backbone_config: Any = backbone.config  # a transformers config; nn.Module types it as Tensor | Module
+        # nn.Module types a submodule's attributes as Tensor | Module
+        backbone_config = cast(PretrainedConfig, backbone.config)
         self.backbone_config = backbone_config
         hidden_size = backbone_config.hidden_size
         if config.use_lora:

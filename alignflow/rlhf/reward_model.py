@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -29,6 +29,11 @@ from alignflow.models.reward_scorer import (
     padded_span_mask,
     reward_logits,
 )
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from alignflow.rlhf.training_config import RewardModelConfig
 
 R = TypeVar("R", bound="RewardModel")
 
@@ -44,7 +49,7 @@ class RewardModel(nn.Module):
         self.meta = meta or RewardMeta(mode="regression")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        config: Any = model.config  # the transformers model's config
+        config = cast("PretrainedConfig", model.config)
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = tokenizer.pad_token_id
         self.metrics: dict[str, float] = dict(self.meta.metrics)
@@ -166,7 +171,7 @@ def _start_model(base_model: str, tokenizer: Any, work: Path, spec: Any) -> str 
 def train_reward_model(
     train_dataset: Any,
     val_dataset: Any,
-    config: Any,
+    config: RewardModelConfig,
     tokenizer: Any,
     output_dir: str | Path | None = None,
 ) -> RewardModel:

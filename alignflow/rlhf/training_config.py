@@ -57,7 +57,7 @@ def _text(owner: str, name: str, value: Any) -> None:
         _fail(owner, name, "a non-empty string", value)
 
 
-def _lora(owner: str, config: Any) -> None:
+def _lora(owner: str, config: RewardModelConfig | TrainingConfig) -> None:
     _flag(owner, "use_lora", config.use_lora)
     _int(owner, "lora_r", config.lora_r, 1)
     _int(owner, "lora_alpha", config.lora_alpha, 1)

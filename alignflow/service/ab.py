@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignflow.evaluation.intervals import bootstrap_mean, welch_difference
 from alignflow.service.schemas import OnlineOut
+
+if TYPE_CHECKING:  # the promotion code loads only when a verdict is asked for
+    from alignflow.promotion.gates import PromotionDecision
+    from alignflow.promotion.promotion_config import PromotionConfig
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 HUMAN_JUDGE = "human"  # the judge name a live A/B verdict is recorded under
@@ -79,10 +83,10 @@ def human_verdict(
     agent_id: str,
     database_url: str,
     tracking_uri: str,
-    config: Any,
+    config: PromotionConfig,
     version: str | None = None,
     dry_run: bool = False,
-) -> Any:
+) -> PromotionDecision:
     """Judge the agent's challenger (or ``version``) against its champion on live ratings alone.
 
     Returns the :class:`~alignflow.promotion.gates.PromotionDecision`; unless ``dry_run``

@@ -25,7 +25,9 @@ from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.rl.dpo import ZeroReferenceMixin
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
+from alignflow.training.dpo_config import DPOConfig
 from alignflow.training.reference_logps import CachedReferenceMixin
+from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -35,6 +37,7 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
+from alignflow.training.stage_config import RunConfig
 
 
 class AlignflowDPOTrainer(StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, DPOTrainer):
@@ -88,7 +91,7 @@ def unpaired_dataset(pairs: list[dict[str, Any]], unpaired: list[dict[str, Any]]
     return Dataset.from_list(rows)
 
 
-def _trainer_and_args(stage: Any, reference_free: bool) -> tuple[type, type, dict[str, Any]]:
+def _trainer_and_args(stage: DPOConfig, reference_free: bool) -> tuple[type, type, dict[str, Any]]:
     if stage.method == "kto":
         return (
             AlignflowKTOTrainer,
@@ -115,11 +118,15 @@ def _trainer_and_args(stage: Any, reference_free: bool) -> tuple[type, type, dic
 
 
 def policy_pairs(
-    config: Any, stage: Any, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
+    config: RunSettings,
+    stage: RunConfig,
+    data_dir: str | Path,
+    output_dir: Path,
+    model_path: str | Path | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, Any]:
     """What a pair-trained policy stage reads: the policy's train pairs, at most
     ``stage.eval_max_rows`` eval pairs, the model it starts from and that model's tokenizer."""
-    pairs = rows_for(load_pairs(data_dir, "train"), config, "policy")
+    pairs = rows_for(load_pairs(data_dir, "train"), config.policy.reward_data, "policy")
     require_rows(pairs, data_dir, "train", "pair/scored/ranked")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
@@ -127,10 +134,10 @@ def policy_pairs(
 
 
 def run_dpo(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """Preference-optimise the policy at ``model_path`` (normally the SFT model)."""
-    stage = config.dpo
+    stage = config.section_as("dpo", DPOConfig)
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     pairs, eval_pairs, start, tokenizer = policy_pairs(config, stage, data_dir, output_dir, model_path)
 

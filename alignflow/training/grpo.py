@@ -34,6 +34,8 @@ from alignflow.models.prompting import completion_text, cut_prompt_text, format_
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
+from alignflow.training.grpo_config import GRPOConfig
+from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -197,7 +199,7 @@ def cut_train_prompts(trainer: Any, tokenizer: Any, stage: Any) -> int:
 
 
 def trl_grpo_args(
-    config: Any, stage: Any, output_dir: str | Path, seed: int, weights: list[float]
+    config: RunSettings, stage: GRPOConfig, output_dir: str | Path, seed: int, weights: list[float]
 ) -> TRLGRPOConfig:
     """TRL's GRPOConfig as the stage builds it from ``config`` (its ``grpo`` section ``stage``)."""
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=False)
@@ -216,7 +218,7 @@ def trl_grpo_args(
     return TRLGRPOConfig(**filter_known_args(TRLGRPOConfig, kwargs))
 
 
-def allow_compiled_decoding(trainer: Any, stage: Any) -> bool:
+def allow_compiled_decoding(trainer: Any, stage: GRPOConfig) -> bool:
     """With ``grpo.compile_generation``, lift the ``disable_compile=True`` TRL puts in the
     GenerationConfig it generates with: transformers' ``generate`` then compiles its decoding
     step when the cache is static and the model on CUDA (it decides per call). Whether it did."""
@@ -228,12 +230,12 @@ def allow_compiled_decoding(trainer: Any, stage: Any) -> bool:
 
 
 def run_grpo(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """Optimise the policy on the snapshot's prompts; metrics: greedy eval reward before/after."""
-    stage = config.grpo
+    stage = config.section_as("grpo", GRPOConfig)
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    rows = rows_for(prompt_rows(data_dir, "train"), config, "policy", _original_prompt)
+    rows = rows_for(prompt_rows(data_dir, "train"), config.policy.reward_data, "policy", _original_prompt)
     require_rows(rows, data_dir, "train", "prompt")
     eval_rows = prompt_rows(data_dir, "eval")[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)

@@ -25,9 +25,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from alignflow.training.registry import stage_spec
+from alignflow.training.run_settings import RunSettings
 
 if TYPE_CHECKING:  # the stage modules import torch: load them only when a stage runs
     from alignflow.training.stage import StageResult
@@ -43,7 +44,7 @@ RUN_ID_ENV = "MLFLOW_RUN_ID"
 
 def launch_stage(
     stage_name: str,
-    config: Any,
+    config: RunSettings,
     data_dir: str | Path,
     output_dir: str | Path,
     model_path: str | Path | None = None,
@@ -60,7 +61,7 @@ def launch_stage(
 
 def launch_processes(
     stage_name: str,
-    config: Any,
+    config: RunSettings,
     data_dir: str | Path,
     output_dir: str | Path,
     model_path: str | Path | None = None,
@@ -96,7 +97,7 @@ def launch_processes(
 
 
 def shared_start_model(
-    config: Any, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
+    config: RunSettings, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
 ) -> str | None:
     """Build the tiny base model once, before the workers start, so that all ranks load it.
 
@@ -112,7 +113,7 @@ def shared_start_model(
 
 def worker_arguments(
     stage_name: str,
-    config: Any,
+    config: RunSettings,
     config_path: Path,
     data_dir: str | Path,
     output_dir: Path,
@@ -197,7 +198,7 @@ def rank_output_dir(output_dir: Path, rank: int) -> Path:
 
 
 def run_worker(
-    stage_name: str, config: Any, data_dir: str, output_dir: Path, model_path: str | None
+    stage_name: str, config: RunSettings, data_dir: str, output_dir: Path, model_path: str | None
 ) -> StageResult:
     """One rank's share of the stage; rank 0 logs into the parent's MLflow run."""
     rank = process_rank()

@@ -60,6 +60,7 @@ from alignflow.training.checkpoints import (
 from alignflow.training.grpo import _decode_prompt, prompt_rows
 from alignflow.training.ppo_config import PPOStageConfig
 from alignflow.training.registry import REWARD_STAGE_REF
+from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -375,7 +376,7 @@ def train_iterations(
 
 
 def run_ppo(
-    config: Any,
+    config: RunSettings,
     data_dir: str | Path,
     output_dir: str | Path,
     model_path: str | Path | None = None,
@@ -389,7 +390,7 @@ def run_ppo(
     the last iteration's KL and coefficient, the iterations done (``global_step``); the
     per-iteration metrics are in ``history.jsonl`` (:func:`load_history`).
     """
-    stage: PPOStageConfig = config.ppo
+    stage = config.section_as("ppo", PPOStageConfig)
     if config.model.lora.enabled and config.model.lora.quantization:
         raise InputError(
             "ppo: QLoRA (model.lora.quantization) is not supported by the PPO stage; "
@@ -402,7 +403,7 @@ def run_ppo(
     reward = build_stage_reward(
         stage, torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")), reward_scorer
     )
-    train_rows = rows_for(load_prompts(data_dir, "train", stage), config, "policy")
+    train_rows = rows_for(load_prompts(data_dir, "train", stage), config.policy.reward_data, "policy")
     require_rows(train_rows, data_dir, "train", "prompt")
     eval_rows = load_prompts(data_dir, "eval", stage)[: stage.eval_max_rows or None]
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)

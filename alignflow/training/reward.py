@@ -34,6 +34,7 @@ from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.calibration import pairwise_report
 from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
+from alignflow.models.model_config import LoraSpec, ModelSpec
 from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import (
     RewardMeta,
@@ -47,6 +48,8 @@ from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin, save_final_model, train_with_resume
 from alignflow.training.noisy_pairs import NOISY_PAIRS_FILE, find_noisy_pairs, write_noisy_pairs
+from alignflow.training.reward_config import RewardConfig
+from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -65,7 +68,7 @@ class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTraine
 
     pooling = "model"
     args: TRLRewardConfig  # transformers types it as TrainingArguments
-    _signature_columns: list[str] | None  # transformers declares it None until it is set
+    _signature_columns: list[str] | None  # type: ignore[assignment]  # transformers types it as None
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
@@ -243,10 +246,10 @@ def heads_rows(
 
 
 def resolve_backbone(
-    config: Any, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
+    config: RunSettings, data_dir: str | Path, output_dir: Path, model_path: str | Path | None
 ) -> str:
     """'policy' -> the model section's model (or ``model_path``); 'minilm' -> the packaged encoder."""
-    backbone = config.reward.backbone
+    backbone = config.section_as("reward", RewardConfig).backbone
     if backbone == "policy":
         return resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     if backbone == "minilm":
@@ -254,15 +257,14 @@ def resolve_backbone(
     return resolve_model_source(backbone)
 
 
-def backbone_spec(config: Any) -> Any:
+def backbone_spec(config: RunSettings) -> ModelSpec:
     """How the reward model's weights are loaded and trained: as the ``model`` section says when it
     shares the policy's backbone; a backbone of its own (MiniLM, a path) is trained whole, in its
     own dtype: the policy's LoRA and dtype were chosen for the policy's model."""
-    if config.reward.backbone == "policy":
+    backbone = config.section_as("reward", RewardConfig).backbone
+    if backbone == "policy":
         return config.model
-    from alignflow.models.model_config import LoraSpec
-
-    own = {"name": config.reward.backbone, "dtype": "auto", "lora": LoraSpec()}
+    own = {"name": backbone, "dtype": "auto", "lora": LoraSpec()}
     return config.model.model_copy(update=own)
 
 
@@ -340,10 +342,10 @@ def length_split_accuracy(
 
 
 def run_reward(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """Train a reward model; metrics: eval accuracy, margin, ECE, reward mean/std."""
-    stage = config.reward
+    stage = config.section_as("reward", RewardConfig)
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     names = [o.name for o in stage.objectives]
     weights = [o.weight for o in stage.objectives]
@@ -359,7 +361,7 @@ def run_reward(
     require_length_fits(model, tokenizer, stage.max_length, "reward.max_length", f"backbone {path}")
     freeze_lower_layers(model, stage.freeze_layers)
 
-    train_pairs = rows_for(load_pairs(data_dir, "train"), config, "reward")
+    train_pairs = rows_for(load_pairs(data_dir, "train"), config.policy.reward_data, "reward")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     base_args = trainer_arguments(stage, output_dir, spec, seed, has_eval=False)
     # transformers counts the tokens trained: TRL's own count skips a pooling of ours and the heads

@@ -21,6 +21,8 @@ from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
+from alignflow.training.run_settings import RunSettings
+from alignflow.training.sft_config import SFTConfig
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -65,12 +67,14 @@ def to_text_dataset(rows: list[dict[str, Any]], tokenizer: Any) -> Dataset:
 
 
 def run_sft(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """Train a policy on the preferred responses; returns eval loss before and after."""
-    stage = config.sft
+    stage = config.section_as("sft", SFTConfig)
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
-    train_rows = rows_for(sft_examples(data_dir, "train", stage.min_score), config, "policy")
+    train_rows = rows_for(
+        sft_examples(data_dir, "train", stage.min_score), config.policy.reward_data, "policy"
+    )
     require_rows(train_rows, data_dir, "train", "pair/scored/ranked")
     eval_rows = sft_examples(data_dir, "eval", stage.min_score)[: stage.eval_max_rows or None]
 

@@ -22,6 +22,8 @@ from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo import pair_dataset, policy_pairs
+from alignflow.training.run_settings import RunSettings
+from alignflow.training.simpo_config import SimPOConfig
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
@@ -54,10 +56,14 @@ def simpo_pairs(pairs: list[dict[str, Any]], tokenizer: Any, prompt_budget: int)
 
 
 def build_trainer(
-    config: Any, seed: int, data_dir: str | Path, output_dir: Path, model_path: str | Path | None = None
+    config: RunSettings,
+    seed: int,
+    data_dir: str | Path,
+    output_dir: Path,
+    model_path: str | Path | None = None,
 ) -> Any:
     """The SimPO trainer on the snapshot's train pairs (and eval pairs, if any), ready to train."""
-    stage = config.simpo
+    stage = config.section_as(STAGE, SimPOConfig)
     pairs, eval_pairs, start, tokenizer = policy_pairs(config, stage, data_dir, output_dir, model_path)
     train_ds = simpo_pairs(pairs, tokenizer, stage.prompt_budget)
     eval_ds = simpo_pairs(eval_pairs, tokenizer, stage.prompt_budget) if eval_pairs else None
@@ -91,10 +97,10 @@ def build_trainer(
 
 
 def run_simpo(
-    config: Any, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
     """SimPO on the policy at ``model_path`` (normally the SFT model)."""
-    stage = config.simpo
+    stage = config.section_as(STAGE, SimPOConfig)
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     trainer = build_trainer(config, seed, data_dir, output_dir, model_path)
     return train_and_finish(STAGE, trainer, output_dir, stage.resume)

@@ -27,13 +27,20 @@ def _demo_pairs(n: int) -> list[dict]:
 def test_shared_data_gives_every_stage_every_row():
     rows = _demo_pairs(50)
     config = _config()
-    assert rows_for(rows, config, "reward") == rows == rows_for(rows, config, "policy")
+    assert (
+        rows_for(rows, config.policy.reward_data, "reward")
+        == rows
+        == rows_for(rows, config.policy.reward_data, "policy")
+    )
 
 
 def test_disjoint_halves_split_the_prompts_between_reward_and_policy():
     rows = _demo_pairs(400)
     config = _config("policy.reward_data=disjoint")
-    reward, policy = rows_for(rows, config, "reward"), rows_for(rows, config, "policy")
+    reward, policy = (
+        rows_for(rows, config.policy.reward_data, "reward"),
+        rows_for(rows, config.policy.reward_data, "policy"),
+    )
     assert len(reward) + len(policy) == len(rows)  # every row goes to exactly one side
     reward_prompts = {json.dumps(r["prompt"]) for r in reward}
     policy_prompts = {json.dumps(r["prompt"]) for r in policy}
@@ -54,5 +61,5 @@ def test_hh_conversations_split_near_evenly(hh_rlhf_path):
     with gzip.open(hh_rlhf_path, "rt", encoding="utf-8") as lines:
         rows = [normalize_row(json.loads(line)) for _, line in zip(range(600), lines, strict=False)]
     config = _config("policy.reward_data=disjoint")
-    reward = rows_for(rows, config, "reward")
+    reward = rows_for(rows, config.policy.reward_data, "reward")
     assert 0.4 < len(reward) / len(rows) < 0.6

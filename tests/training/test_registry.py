@@ -30,6 +30,27 @@ def test_builtin_stages_and_their_cache_sections():
         register_stage(StageSpec("no-dash", "x:y", "x:Y"))
 
 
+@pytest.mark.parametrize("name", ["sft", "reward", "dpo", "grpo", "ppo", "simpo"])
+def test_every_builtin_runner_takes_the_run_settings_and_reads_its_own_section_typed(name):
+    import inspect
+
+    runner = stage_spec(name).load_runner()
+    first = next(iter(inspect.signature(runner).parameters.values()))
+    assert first.annotation == "RunSettings", f"{name}: {first.name}: {first.annotation}"
+    assert "section_as(" in inspect.getsource(inspect.getmodule(runner)), f"{name} reads its section untyped"
+
+
+def test_a_section_read_as_another_stages_class_is_refused():
+    from alignflow.training.dpo_config import DPOConfig
+    from alignflow.training.sft_config import SFTConfig
+
+    config = load_config(None)
+    assert isinstance(config.section_as("dpo", DPOConfig), DPOConfig)
+    with pytest.raises(TypeError, match="'sft' is a SFTConfig, not a DPOConfig"):
+        config.section_as("sft", DPOConfig)
+    assert config.section_as("sft", SFTConfig) is config.sft
+
+
 def test_an_unregistered_algorithm_is_neither_a_section_nor_an_algorithm():
     with pytest.raises(ConfigError, match="unknown config section"):
         load_config(None, ["toy.max_steps=2"])

@@ -7,7 +7,6 @@ to be a real stage (it reads its own config section, trains, saves, reports its 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from pydantic import Field
@@ -16,6 +15,7 @@ from alignflow.data.pairing import load_pairs
 from alignflow.data.snapshot import load_split
 from alignflow.models.factory import load_causal_lm
 from alignflow.training.registry import StageSpec
+from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import StageResult, begin_stage, finish_stage, resolve_start_model
 from alignflow.training.stage_config import StageConfig
 
@@ -26,8 +26,10 @@ class ToyConfig(StageConfig):
     per_device_train_batch_size: int = Field(4, ge=1)
 
 
-def run_toy(config: Any, data_dir: str | Path, output_dir: str | Path, model_path=None) -> StageResult:
-    stage = config.toy
+def run_toy(
+    config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path=None
+) -> StageResult:
+    stage = config.section_as("toy", ToyConfig)
     _, output_dir = begin_stage(stage, config.seed, output_dir)
     start = resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
     model, tokenizer = load_causal_lm(start)
