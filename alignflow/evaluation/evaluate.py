@@ -18,6 +18,7 @@ from alignflow.data.normalize import RowError, normalize_row
 from alignflow.data.split import distinct_prompt_rows
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.config import EvaluationConfig
+from alignflow.evaluation.judge_registry import JudgeInputs, build_pinned_set_judges
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
 from alignflow.evaluation.kl import sampled_kl
 from alignflow.evaluation.metrics import (
@@ -277,29 +278,6 @@ def evaluate_policy(
     return report
 
 
-def independent_judges(
-    config: EvaluationConfig, scorer: Scorer | None, champion_scorer: Scorer | None
-) -> dict[str, Judge]:
-    """The preference judges of the pinned set; promotion decides which of them count.
-
-    ``reward`` (the run's own reward model) counts only once it has passed its gates;
-    ``champion_reward`` and ``llm`` come from outside the run.
-    """
-    judges: dict[str, Judge] = {}
-    if champion_scorer is not None:
-        judges["champion_reward"] = RewardModelJudge(champion_scorer, config.tie_margin)
-    if scorer is not None:
-        judges["reward"] = RewardModelJudge(scorer, config.tie_margin)
-    if config.llm_judge is not None:
-        from alignflow.evaluation.llm_judge import OpenAIJudge
-
-        llm = config.llm_judge
-        judges["llm"] = OpenAIJudge(
-            base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env, timeout=llm.timeout
-        )
-    return judges
-
-
 def evaluate_on_golden(
     golden_records: Sequence[Mapping[str, Any]],
     policy: tuple[Any, Any] | None,
@@ -325,7 +303,7 @@ def evaluate_on_golden(
         )
         report = report.merge(judged)
     if policy is not None:
-        judges = independent_judges(config, scorer, champion_scorer)
+        judges = build_pinned_set_judges(JudgeInputs(config, scorer, champion_scorer))
         report = report.merge(
             judge_on_golden(golden_records, complete, policy, reference, champion, judges, config, rl_start)
         )

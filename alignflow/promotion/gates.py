@@ -21,11 +21,12 @@ metrics and the champion from MLflow, calls :func:`decide` and records what it r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from alignflow.evaluation.intervals import BOUND_SUFFIXES, items_to_tell
+from alignflow.evaluation.judge_registry import OWN_REWARD_JUDGE, outside_judges
 from alignflow.evaluation.metric_names import (
     ANSWERS,
     CALIBRATION_ERROR,
@@ -57,8 +58,6 @@ from alignflow.evaluation.rl_stage import rl_start_said
 from alignflow.promotion.promotion_config import PromotionConfig
 
 # preference judges; "reward" is the challenger's own reward model and must earn its place
-OWN_REWARD_JUDGE = "reward"
-OUTSIDE_JUDGES = ("champion_reward", "llm")
 INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 SLICE_GATE = "slice_regression"
 RL_GAIN_GATE = "rl_gain"
@@ -191,7 +190,7 @@ def audit_judges(
 ) -> dict[str, JudgeAudit]:
     """The audit of every independent preference judge that judged on the pinned set."""
     config = config or PromotionConfig()
-    allowed = [*OUTSIDE_JUDGES, *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
+    allowed = [*outside_judges(), *([OWN_REWARD_JUDGE] if own_reward_trusted else [])]
     present = _judges_present(metrics)
     return {j: audit_judge(metrics, j, config) for j in allowed if j in present}
 
@@ -204,73 +203,154 @@ def trusted_judges(
     return [j for j, audit in audit_judges(metrics, own_reward_trusted, config).items() if audit.counts]
 
 
-def _policy_gates(
-    config: PromotionConfig, has_champion: bool, judges: Sequence[str], has_answers: bool
-) -> list[tuple[str, str, Op, float | None, Bound]]:
-    gates: list[tuple[str, str, Op, float | None, Bound]] = [
-        ("independent_judge", INDEPENDENT_JUDGES, ">=", 1.0, "value"),
+@dataclass(frozen=True)
+class GateContext:
+    """What decides which gates apply to a model: its role, the settings and what was measured."""
+
+    config: PromotionConfig
+    role: Role
+    has_champion: bool
+    judges: tuple[str, ...] = ()  # the trusted preference judges
+    has_answers: bool = True  # pinned prompts with verifiable answers were judged
+    slices_judged: bool = True  # some slice of the pinned set was big enough to judge
+
+
+GateRule = Callable[[GateContext], list[Gate]]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    name: str
+    role: Role
+    rule: GateRule  # the gates it makes for a context (none where its setting is off)
+
+
+_GATES: dict[str, GateSpec] = {}
+
+
+def register_gate(spec: GateSpec, replace: bool = False) -> GateSpec:
+    """Add a gate rule; a new gate is its own function plus one ``register_gate`` line."""
+    if spec.name in _GATES and not replace:
+        raise ValueError(f"gate {spec.name!r} is already registered")
+    _GATES[spec.name] = spec
+    return spec
+
+
+def unregister_gate(name: str) -> None:
+    _GATES.pop(name, None)
+
+
+def gate_specs() -> dict[str, GateSpec]:
+    return dict(_GATES)
+
+
+def gate(
+    name: str,
+    metric: str,
+    op: Op,
+    threshold: float | None,
+    bound: Bound = "value",
+    min_rows: int | None = None,
+) -> list[Gate]:
+    """One gate, or none where its setting is off (``threshold`` None)."""
+    return [] if threshold is None else [Gate(name, metric, op, float(threshold), bound, min_rows)]
+
+
+def per_judge(judges: Sequence[str], name: str, against: str, op: Op, threshold: float | None) -> list[Gate]:
+    """One gate per judge on its pinned-set win rate against ``against``: ``{judge}_{name}``."""
+    return [
+        g for j in judges for g in gate(f"{j}_{name}", win_rate_key(GOLDEN, j, against), op, threshold, "low")
     ]
-    if has_answers:
-        gates.append(("task_accuracy_gain", TASK_ACCURACY_GAIN, ">", config.min_task_accuracy_gain, "low"))
-        if has_champion and config.max_task_accuracy_regression is not None:
-            gates.append(
-                (
-                    "task_accuracy_vs_champion",
-                    TASK_ACCURACY_VS_CHAMPION,
-                    ">=",
-                    -config.max_task_accuracy_regression,
-                    "low",
-                )
-            )
-    gates += _rl_gain_gates(config, judges, has_answers)
-    for judge in judges:
-        if has_champion:
-            gates.append(
-                (
-                    f"{judge}_win_rate_vs_champion",
-                    win_rate_key(GOLDEN, judge, "champion"),
-                    ">=",
-                    config.min_win_rate_vs_champion,
-                    "low",
-                )
-            )
-        else:
-            gates.append(
-                (
-                    f"{judge}_beats_reference",
-                    win_rate_key(GOLDEN, judge, "reference"),
-                    ">",
-                    config.min_win_rate_vs_reference,
-                    "low",
-                )
-            )
-    gates.append(("length_growth", LENGTH_GROWTH_RATIO, "<=", config.max_length_growth, "high"))
-    gates.append(("length_shrink", LENGTH_GROWTH_RATIO, ">=", config.min_length_ratio, "low"))
-    if has_champion:
-        gates.append(
-            (
-                "length_growth_vs_champion",
-                LENGTH_GROWTH_VS_CHAMPION,
-                "<=",
-                config.max_length_growth_vs_champion,
-                "high",
-            )
-        )
-    gates.append(("kl", KL_TO_REFERENCE, "<=", config.max_kl, "value"))
+
+
+def _independent_judge(ctx: GateContext) -> list[Gate]:
+    """At least one independent judge: verifiable answers or a trusted preference judge."""
+    return gate("independent_judge", INDEPENDENT_JUDGES, ">=", 1.0)
+
+
+def _task_accuracy(ctx: GateContext) -> list[Gate]:
+    """With answers: better than the reference and, against a champion, not clearly worse."""
+    if not ctx.has_answers:
+        return []
+    gates = gate("task_accuracy_gain", TASK_ACCURACY_GAIN, ">", ctx.config.min_task_accuracy_gain, "low")
+    regression = ctx.config.max_task_accuracy_regression
+    if ctx.has_champion and regression is not None:
+        gates += gate("task_accuracy_vs_champion", TASK_ACCURACY_VS_CHAMPION, ">=", -regression, "low")
     return gates
 
 
-def _rl_gain_gates(
-    config: PromotionConfig, judges: Sequence[str], has_answers: bool
-) -> list[tuple[str, str, Op, float | None, Bound]]:
+def _rl_gain(ctx: GateContext) -> list[Gate]:
     """The RL stage against its start: its task accuracy gain where answers exist, else each
     trusted judge's win rate against it, above a tie by ``min_rl_gain``."""
-    if config.min_rl_gain is None:
+    if ctx.config.min_rl_gain is None:
         return []
-    if has_answers:
-        return [(RL_GAIN_GATE, RL_GAIN, ">=", config.min_rl_gain, "low")]
-    rates = [(j, win_rate_key(GOLDEN, j, RL_START)) for j in judges]
-    return [(f"{j}_{RL_GAIN_GATE}", key, ">=", 0.5 + config.min_rl_gain, "low") for j, key in rates]
+    if ctx.has_answers:
+        return gate(RL_GAIN_GATE, RL_GAIN, ">=", ctx.config.min_rl_gain, "low")
+    return per_judge(ctx.judges, RL_GAIN_GATE, RL_START, ">=", 0.5 + ctx.config.min_rl_gain)
+
+
+def _judge_win_rates(ctx: GateContext) -> list[Gate]:
+    """Each trusted judge finds the policy not clearly worse than the champion (or, for the
+    first champion, better than the reference)."""
+    if ctx.has_champion:
+        return per_judge(
+            ctx.judges, "win_rate_vs_champion", "champion", ">=", ctx.config.min_win_rate_vs_champion
+        )
+    return per_judge(ctx.judges, "beats_reference", "reference", ">", ctx.config.min_win_rate_vs_reference)
+
+
+def _length(ctx: GateContext) -> list[Gate]:
+    """Answers neither balloon nor collapse against the reference (nor balloon against the champion)."""
+    config = ctx.config
+    gates = gate("length_growth", LENGTH_GROWTH_RATIO, "<=", config.max_length_growth, "high")
+    gates += gate("length_shrink", LENGTH_GROWTH_RATIO, ">=", config.min_length_ratio, "low")
+    if ctx.has_champion:
+        limit = config.max_length_growth_vs_champion
+        gates += gate("length_growth_vs_champion", LENGTH_GROWTH_VS_CHAMPION, "<=", limit, "high")
+    return gates
+
+
+def _kl(ctx: GateContext) -> list[Gate]:
+    return gate("kl", KL_TO_REFERENCE, "<=", ctx.config.max_kl)
+
+
+def _reward_accuracy(ctx: GateContext) -> list[Gate]:
+    """A reward model ranks the pinned pairs well and, against a champion, not clearly worse."""
+    gates = gate("reward_accuracy", REWARD_ACCURACY, ">=", ctx.config.min_reward_accuracy, "low")
+    regression = ctx.config.max_reward_accuracy_regression
+    if ctx.has_champion and regression is not None:
+        gates += gate("reward_accuracy_vs_champion", REWARD_ACCURACY_VS_CHAMPION, ">=", -regression, "low")
+    return gates
+
+
+def _reward_calibration(ctx: GateContext) -> list[Gate]:
+    return gate("reward_ece", CALIBRATION_ERROR, "<=", ctx.config.max_reward_ece)
+
+
+def _slice_regression(ctx: GateContext) -> list[Gate]:
+    """Against a champion, the worst slice's change must not clearly fall below
+    -``max_slice_regression`` (judged on answers: a policy without them has no slices)."""
+    judged_on_answers = ctx.role == "reward" or ctx.has_answers
+    if not (ctx.has_champion and ctx.slices_judged and judged_on_answers):
+        return []
+    metric = WORST_SLICE_TASK_ACCURACY if ctx.role == "policy" else WORST_SLICE_REWARD_ACCURACY
+    return gate(SLICE_GATE, metric, ">=", _negated(ctx.config.max_slice_regression), "high", min_rows=1)
+
+
+def _negated(limit: float | None) -> float | None:
+    return None if limit is None else -limit
+
+
+register_gate(GateSpec("independent_judge", "policy", _independent_judge))
+register_gate(GateSpec("task_accuracy", "policy", _task_accuracy))
+register_gate(GateSpec(RL_GAIN_GATE, "policy", _rl_gain))
+register_gate(GateSpec("judge_win_rates", "policy", _judge_win_rates))
+register_gate(GateSpec("length", "policy", _length))
+register_gate(GateSpec("kl", "policy", _kl))
+register_gate(GateSpec("reward_accuracy", "reward", _reward_accuracy))
+register_gate(GateSpec("reward_calibration", "reward", _reward_calibration))
+register_gate(GateSpec(SLICE_GATE, "policy", _slice_regression))
+register_gate(GateSpec(f"reward_{SLICE_GATE}", "reward", _slice_regression))
 
 
 def rl_gain_details(metrics: Mapping[str, float], judges: Sequence[str]) -> dict[str, str]:
@@ -285,14 +365,6 @@ def rl_gain_details(metrics: Mapping[str, float], judges: Sequence[str]) -> dict
     }
 
 
-def _slice_gate(config: PromotionConfig, role: Role) -> Gate | None:
-    """The worst slice's change must not clearly fall below -``max_slice_regression``."""
-    if config.max_slice_regression is None:
-        return None
-    metric = WORST_SLICE_TASK_ACCURACY if role == "policy" else WORST_SLICE_REWARD_ACCURACY
-    return Gate(SLICE_GATE, metric, ">=", -config.max_slice_regression, "high", min_rows=1)
-
-
 def gates_for(
     config: PromotionConfig,
     role: Role,
@@ -302,48 +374,20 @@ def gates_for(
     human: bool = False,
     slices: bool = True,
 ) -> list[Gate]:
-    """The gates that apply to a ``role`` model.
+    """The gates that apply to a ``role`` model: every registered rule of its role, in order.
 
-    A policy needs at least one independent judge (verifiable answers or a trusted
-    preference judge). With answers it must beat its reference's task accuracy and, once a
-    champion exists, not fall clearly below the champion's. Each trusted preference judge
-    must find it not clearly worse than the champion (or, for the first champion, better
-    than the reference). With ``min_rl_gain`` set it must also beat the model its RL stage
-    started from (:func:`_rl_gain_gates`). A reward model must rank the pinned pairs well
-    and, once a champion reward model exists, not clearly worse than it. Against a champion,
-    both must also pass the slice gate (``slices``: False when no slice was big enough to judge).
+    ``human``: the people who used both versions decide, by the live A/B verdict alone.
+    ``slices``: False when no slice of the pinned set was big enough to judge.
     """
-    candidates: list[tuple[str, str, Op, float | None, Bound]]  # a None threshold: no gate
-    if human:  # the people who used both versions decide: the live A/B verdict alone
+    if role not in ("policy", "reward"):
+        raise ValueError(f"role must be 'policy' or 'reward', got {role!r}")
+    if human:
         if role != "policy":
             raise ValueError("the human gate judges policies")
         threshold = config.min_human_score_gain if config.min_human_score_gain is not None else 0.0
-        candidates = [("human_score_gain", HUMAN_SCORE_GAIN, ">", threshold, "low")]
-    elif role == "policy":
-        candidates = _policy_gates(config, has_champion, judges, has_answers)
-    elif role == "reward":
-        candidates = [("reward_accuracy", REWARD_ACCURACY, ">=", config.min_reward_accuracy, "low")]
-        if has_champion and config.max_reward_accuracy_regression is not None:
-            candidates.append(
-                (
-                    "reward_accuracy_vs_champion",
-                    REWARD_ACCURACY_VS_CHAMPION,
-                    ">=",
-                    -config.max_reward_accuracy_regression,
-                    "low",
-                )
-            )
-        candidates.append(("reward_ece", CALIBRATION_ERROR, "<=", config.max_reward_ece, "value"))
-    else:
-        raise ValueError(f"role must be 'policy' or 'reward', got {role!r}")
-    gates = [
-        Gate(name, metric, op, float(t), bound) for name, metric, op, t, bound in candidates if t is not None
-    ]
-    judged_on_answers = role == "reward" or has_answers
-    slice_gate = _slice_gate(config, role)
-    if slice_gate is not None and has_champion and slices and judged_on_answers and not human:
-        gates.append(slice_gate)
-    return gates
+        return gate("human_score_gain", HUMAN_SCORE_GAIN, ">", threshold, "low")
+    context = GateContext(config, role, has_champion, tuple(judges), has_answers, slices)
+    return [g for spec in _GATES.values() if spec.role == role for g in spec.rule(context)]
 
 
 def _passes(value: float | None, op: Op, threshold: float) -> bool:
