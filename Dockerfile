@@ -70,16 +70,14 @@ COPY pyproject.toml ./
 COPY requirements/lock.txt requirements/lock.txt
 RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
     --mount=type=secret,id=pip.conf --mount=type=secret,id=ca.crt \
-    mkdir -p alignflow tasks flows \
-    && touch README.md alignflow/__init__.py tasks/__init__.py flows/__init__.py \
+    mkdir -p alignflow \
+    && touch README.md alignflow/__init__.py \
     && pip-build install --find-links /wheels -c requirements/lock.txt . \
     && pip uninstall -y alignflow
 
 # Layer 3: the code
 COPY README.md ./
 COPY alignflow ./alignflow
-COPY tasks ./tasks
-COPY flows ./flows
 COPY configs ./configs
 COPY deploy ./deploy
 COPY prefect.yaml ./

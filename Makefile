@@ -59,7 +59,7 @@ lint: typecheck
 	$(PYTHON) -m ruff format --check .
 	hadolint Dockerfile
 
-# mypy on the package, the flows and the tasks (its settings: [tool.mypy] in pyproject.toml)
+# mypy on the package, its flows and tasks included (its settings: [tool.mypy] in pyproject.toml)
 typecheck: install
 	$(PYTHON) -m mypy
 

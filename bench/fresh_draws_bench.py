@@ -179,8 +179,8 @@ def to_markdown(
 
 
 def run() -> dict:
+    from alignflow.flows.environment import apply_defaults, local_flow_settings
     from bench.training_bench import machine
-    from flows.environment import apply_defaults, local_flow_settings
 
     kept = os.environ.get("ALIGNFLOW_BENCH_KEEP")  # a folder to keep the workspaces in, to study them
     root = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="alignflow-fresh-draws-"))

@@ -110,7 +110,7 @@ def gate_margins(gates: list[Any]) -> dict[str, float]:
 
 
 def _retrain(workspace: Path, *overrides: str, force: bool = False) -> dict[str, Any]:
-    from flows.retrain import retrain
+    from alignflow.flows.retrain import retrain
 
     return retrain(None, [*_base(workspace), *overrides], repo_dir=str(workspace), force=force)
 
@@ -164,12 +164,12 @@ def judge_built_policy(
 ) -> Challenger:
     """Register a hand-built policy and let the pipeline's evaluation and gates decide on it."""
     from alignflow.evaluation.evaluate import evaluate_paths
+    from alignflow.flows.retrain import golden_tags
     from alignflow.promotion.gates import trusted_judges
     from alignflow.registry.lineage import champion_copy
     from alignflow.registry.models import log_model, registered_name
     from alignflow.registry.promotion import promote
     from alignflow.registry.runs import pipeline_run
-    from flows.retrain import golden_tags
 
     uri = config.tracking.resolved_uri()
     name = registered_name(config.project, "policy")
@@ -288,7 +288,7 @@ def to_markdown(rows: list[Challenger]) -> str:
 
 
 def run() -> dict:
-    from flows.environment import apply_defaults, local_flow_settings
+    from alignflow.flows.environment import apply_defaults, local_flow_settings
 
     workspace = Path(tempfile.mkdtemp(prefix="alignflow-redteam-"))
     apply_defaults(workspace)  # the CLI's Prefect settings, as the fresh-draws bench

@@ -47,7 +47,7 @@ def deploy() -> None:
     workers with a null limit, which the server refuses (422)."""
     from prefect.utilities.callables import parameter_schema
 
-    from flows.retrain import retrain
+    from alignflow.flows.retrain import retrain
 
     with get_client(sync_client=True) as client:
         flow_id = client.create_flow_from_name(retrain.name)
@@ -57,7 +57,7 @@ def deploy() -> None:
             description="Retrain on the worker of the compose stack (mlflow/compose.yaml).",
             work_pool_name=POOL,
             # the installed package, not a file path: the flow runs from the /work volume
-            entrypoint="flows.retrain:retrain",
+            entrypoint="alignflow.flows.retrain:retrain",
             pull_steps=[{"prefect.deployments.steps.set_working_directory": {"directory": WORKDIR}}],
             parameters={},
             parameter_openapi_schema=parameter_schema(retrain).model_dump_for_openapi(),

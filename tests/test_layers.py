@@ -1,8 +1,10 @@
 """The layer rule, read from the source: which package may import which (static, every import).
 
-The library never imports Prefect, tasks or flows; the loss math sits below the research API;
-training stages never import the pipeline config that assembles them; and no two library
-packages import each other.
+The library never imports Prefect or the orchestration layer (``alignflow.tasks`` and
+``alignflow.flows``, which live in the package's namespace, not at the top of a user's path);
+tasks never import flows; only the CLI sits above the flows; the loss math sits below the
+research API; training stages never import the pipeline config that assembles them; and no
+two library packages import each other.
 """
 
 from __future__ import annotations
@@ -46,13 +48,25 @@ def package_graph() -> dict[str, set[str]]:
     return graph
 
 
+ORCHESTRATION = {"alignflow.tasks", "alignflow.flows"}
+ABOVE_THE_LIBRARY = {*ORCHESTRATION, "alignflow.cli"}
+
+
 def test_the_library_never_imports_the_orchestration_layers():
     graph = package_graph()
-    orchestration = {"prefect", "tasks", "flows"}
-    # the CLI is the top layer's face: it may start flows
-    offenders = {p: sorted(t & orchestration) for p, t in graph.items() if t & orchestration}
-    offenders.pop("alignflow.cli", None)
-    assert not offenders, offenders
+    library = {p: targets for p, targets in graph.items() if p.startswith("alignflow.")}
+    offenders = {
+        p: sorted(t & {"prefect", *ORCHESTRATION}) for p, t in library.items() if p not in ABOVE_THE_LIBRARY
+    }
+    assert not {p: t for p, t in offenders.items() if t}, offenders
+    assert "alignflow.flows" not in graph["alignflow.tasks"], "a task wraps one library call, flows use tasks"
+    # the CLI is the top layer's face: it may start flows; nothing below imports it
+    assert not [p for p in graph if "alignflow.cli" in graph[p] and p != "alignflow.cli"]
+
+
+def test_the_orchestration_layer_is_not_a_top_level_package():
+    assert not (REPO / "flows").exists() and not (REPO / "tasks").exists()
+    assert (LIBRARY / "flows" / "retrain.py").exists() and (LIBRARY / "tasks" / "training.py").exists()
 
 
 def test_no_two_library_packages_import_each_other():
@@ -61,7 +75,6 @@ def test_no_two_library_packages_import_each_other():
     cycles = sorted((a, b) for a in library for b in graph[a] if b in library and a < b and a in graph[b])
     # the CLI is the top layer's face: it may import anything, nothing imports it
     assert not [c for c in cycles if "alignflow.cli" not in c], cycles
-    assert not [p for p in library if "alignflow.cli" in graph[p] and p != "alignflow.cli"]
 
 
 def test_losses_sit_below_the_research_api_and_stages_below_the_pipeline_config():
@@ -115,10 +128,9 @@ def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
 
 def module_graph() -> dict[str, set[str]]:
     paths = {}
-    for root in ("alignflow", "flows", "tasks"):
-        for path in (REPO / root).rglob("*.py"):
-            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-            paths[name] = path
+    for path in LIBRARY.rglob("*.py"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        paths[name] = path
     return {name: _runtime_imports(path, set(paths)) - {name} for name, path in paths.items()}
 
 

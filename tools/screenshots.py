@@ -221,11 +221,11 @@ def find_demo_runs(tracking_uri: str) -> DemoRuns:
     """The newest promoted and newest not-promoted pipeline runs and the rejected version."""
     from mlflow import MlflowClient
 
+    from alignflow.flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
     from alignflow.registry.models import registered_name
     from alignflow.registry.pipeline_record import PIPELINE_TAG
     from alignflow.registry.promotion import OUTCOME_TAG
     from alignflow.registry.runs import child_runs
-    from flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
 
     client = MlflowClient(tracking_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
@@ -299,7 +299,7 @@ def prefect_pages(url: str, run_name: str, project: str) -> list[Page]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.client.schemas.sorting import FlowRunSort
 
-    from flows.artifacts import artifact_key
+    from alignflow.flows.artifacts import artifact_key
 
     key = artifact_key(project, "retrain-summary")
     with get_client(sync_client=True) as client:
@@ -335,8 +335,8 @@ def prefect_pages(url: str, run_name: str, project: str) -> list[Page]:
 @contextmanager
 def prefect_ui(workspace: Path) -> Iterator[str]:
     """``prefect server start`` on a free loopback port, on the database the runs went to."""
+    from alignflow.flows.environment import PREFECT_STATE
     from alignflow.registry.server import free_port, stop_process_group, wait_until_healthy
-    from flows.environment import PREFECT_STATE
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

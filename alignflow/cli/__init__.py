@@ -52,7 +52,7 @@ def _root(
     ),
 ) -> None:
     """Preference training of language models as tracked, versioned, gated pipelines."""
-    from flows.environment import use_workspace_prefect_home
+    from alignflow.flows.environment import use_workspace_prefect_home
 
     use_workspace_prefect_home()  # before any command imports Prefect: it reads PREFECT_HOME then
     if debug:

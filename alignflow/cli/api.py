@@ -13,7 +13,7 @@ from alignflow.cli.shutdown import stopping_children
 from alignflow.runtime_config import DEFAULT_TRACKING_URI
 from alignflow.service.settings import DEFAULT_DATABASE_URL
 
-DEFAULT_LAUNCHER = "flows.feedback_launcher:make_launcher"
+DEFAULT_LAUNCHER = "alignflow.flows.feedback_launcher:make_launcher"
 
 
 def _load_launcher(spec: str, settings):
@@ -136,7 +136,7 @@ def serve(
             err=True,
         )
     if launcher != "library":
-        from flows.environment import apply_defaults
+        from alignflow.flows.environment import apply_defaults
 
         apply_defaults()
     # uvicorn re-raises SIGTERM after its graceful shutdown: without this its default action

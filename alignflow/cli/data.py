@@ -160,12 +160,12 @@ def _data_checks(config_path: Path | None, overrides: list[str], repo: Path):
     the champion reward model (``check_labels``, ``check_training``)."""
     from alignflow.config import load_config
     from alignflow.plan import RunPlan
-    from tasks.data import data_guards
+    from alignflow.tasks.data import data_guards
 
     plan = RunPlan(load_config(config_path, overrides), repo)
     judge = None
     if plan.label_judge_role is not None and _registry_exists(plan.config.tracking.resolved_uri()):
-        from flows.retrain import label_judge
+        from alignflow.flows.retrain import label_judge
 
         judge = label_judge(plan)
     return data_guards(plan.config, str(repo), judge)

@@ -110,7 +110,7 @@ def check_work_pools(pools: dict[str, str], deployment_name: str) -> list[Check]
 def _check_deployment(client: Any, stage: str, pool: str, deployment_name: str) -> Check:
     from prefect.exceptions import ObjectNotFound
 
-    from flows.stages import STAGE_FLOWS
+    from alignflow.flows.stages import STAGE_FLOWS
 
     if stage not in STAGE_FLOWS:
         return Check(

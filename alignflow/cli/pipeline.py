@@ -25,9 +25,9 @@ console = Console()
 
 def render_summary(summary: dict[str, Any]) -> None:
     """The end-of-run table: stages, times, cache hits, key metrics, promotions, UI commands."""
+    from alignflow.flows.environment import prefect_ui_command
+    from alignflow.flows.summary import key_metrics
     from alignflow.registry.decision_card import outcome_statement
-    from flows.environment import prefect_ui_command
-    from flows.summary import key_metrics
 
     table = Table(title=f"alignflow run — {summary['project']}")
     for column in ("stage", "time (s)", "cache", "key metrics"):
@@ -84,7 +84,7 @@ def planned_stages(config: PipelineConfig) -> list[str]:
 
 def _unchanged_run(config: PipelineConfig) -> dict[str, Any] | None:
     """The summary of a run with nothing to do, decided before Prefect starts (None: work to do)."""
-    from flows.unchanged import check_before_flow
+    from alignflow.flows.unchanged import check_before_flow
 
     progress.note("checking data and registry…")
     summary = check_before_flow(config, ".")
@@ -92,8 +92,8 @@ def _unchanged_run(config: PipelineConfig) -> dict[str, Any] | None:
 
 
 def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[str, Any]:
-    from flows.environment import local_flow_settings
-    from flows.retrain import retrain
+    from alignflow.flows.environment import local_flow_settings
+    from alignflow.flows.retrain import retrain
 
     progress.note("starting the retraining flow (Prefect)…")
     with local_flow_settings():
@@ -136,15 +136,15 @@ def register(app: typer.Typer) -> None:
         ETA; elsewhere (CI, logs) one plain line per event. Library output goes to the log
         file under .alignflow/logs/, named at the end.
         """
-        from flows.environment import apply_defaults
+        from alignflow.flows.environment import apply_defaults
 
         apply_defaults()
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
         from alignflow.cli.errors import load_config_or_exit
 
         pipeline_config = load_config_or_exit(config, overrides)
-        import flows.retrain  # noqa: F401 - Prefect sets up its logging on import: before the sweep
-        import flows.unchanged  # noqa: F401
+        import alignflow.flows.retrain  # noqa: F401 - Prefect sets up its logging on import: before the sweep
+        import alignflow.flows.unchanged  # noqa: F401
 
         title = f"alignflow run — {pipeline_config.project}"
         log_file = None
@@ -178,13 +178,13 @@ def register(app: typer.Typer) -> None:
         db_url: str | None = typer.Option(None, "--db-url", help="the feedback service's database"),
     ) -> None:
         """Serve the retraining schedule (and A/B checks) from this process (Ctrl-C to stop)."""
-        from flows.environment import apply_defaults
+        from alignflow.flows.environment import apply_defaults
 
         apply_defaults()  # before Prefect is imported: it reads its settings then
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
         from alignflow.cli.serve_runner import serve_until_stopped
-        from flows.retrain import retrain
-        from flows.sync_calls import resolved
+        from alignflow.flows.retrain import retrain
+        from alignflow.flows.sync_calls import resolved
 
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
         deployments = [
@@ -192,8 +192,8 @@ def register(app: typer.Typer) -> None:
         ]
         if ab_agent:
             from alignflow.cli.errors import load_config_or_exit
+            from alignflow.flows.ab_check import ab_check
             from alignflow.service.settings import ServiceSettings
-            from flows.ab_check import ab_check
 
             uri = load_config_or_exit(config).tracking.resolved_uri()
             url = db_url or ServiceSettings.from_env().database_url

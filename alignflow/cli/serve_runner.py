@@ -99,7 +99,7 @@ def api_outliving_the_runner() -> Iterator[None]:
 def outcome_line(flow_run: FlowRun, deployment: str) -> str:
     """A finished flow run in one line: when, which, its state, and what came of it (its
     ``outcome:`` and ``<role>:`` tags, set by the retrain flow) or the state's message."""
-    from flows.run_log import ROLE_FATES
+    from alignflow.flows.run_log import ROLE_FATES
 
     tags = dict(t.split(":", 1) for t in flow_run.tags if ":" in t)
     state = flow_run.state

@@ -121,18 +121,3 @@ def champion_copy(
     path = target if (target / "config.json").exists() else None
     path = path or registry_models.download_model_dir(tracking_uri, name, version, target)
     return (str(path) if path else None), version
-
-
-def champion_judge(tracking_uri: str, project: str, out_root: Path, role: str) -> dict[str, Any] | None:
-    """A local copy of ``role``'s champion and the pinned-set accuracy it was promoted on, for
-    judging new data's labels; None when there is no champion or no recorded accuracy."""
-    from alignflow.evaluation.metric_names import REWARD_ACCURACY, REWARD_ACCURACY_EVAL
-    from alignflow.registry import models as registry_models
-    from alignflow.registry.promotion import recorded_metrics
-
-    model_dir, version = champion_copy(tracking_uri, project, out_root, role)
-    if model_dir is None:
-        return None
-    metrics = recorded_metrics(tracking_uri, registry_models.registered_name(project, role), version)
-    accuracy = metrics.get(REWARD_ACCURACY, metrics.get(REWARD_ACCURACY_EVAL))
-    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}

@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric
@@ -269,3 +271,18 @@ def rollback(tracking_uri: str, name: str) -> tuple[str, str]:
     _set_tags(client, name, str(current.version), outcome_tags("rolled_back", reason))
     add_to_description(tracking_uri, name, str(current.version), reason)
     return str(current.version), previous
+
+
+def champion_judge(tracking_uri: str, project: str, out_root: Path, role: str) -> dict[str, Any] | None:
+    """A local copy of ``role``'s champion and the pinned-set accuracy it was promoted on, for
+    judging new data's labels; None when there is no champion or no recorded accuracy."""
+    from alignflow.evaluation.metric_names import REWARD_ACCURACY, REWARD_ACCURACY_EVAL
+    from alignflow.registry import models as registry_models
+    from alignflow.registry.lineage import champion_copy
+
+    model_dir, version = champion_copy(tracking_uri, project, out_root, role)
+    if model_dir is None:
+        return None
+    metrics = recorded_metrics(tracking_uri, registry_models.registered_name(project, role), version)
+    accuracy = metrics.get(REWARD_ACCURACY, metrics.get(REWARD_ACCURACY_EVAL))
+    return None if accuracy is None else {"model_dir": model_dir, "accuracy": accuracy}

@@ -4,7 +4,7 @@ It lets the service work on its own (and in tests): feedback export -> snapshot 
 training chain (:class:`alignflow.plan.RunPlan`, the plan the retraining flow runs, here
 without its gates) -> the policy's reward on held-out prompts -> one MLflow run with both
 models registered under the agent's names. A deployment that runs the Prefect flow (and
-its promotion gates) injects :class:`flows.feedback_launcher.RetrainFlowLauncher` instead.
+its promotion gates) injects :class:`alignflow.flows.feedback_launcher.RetrainFlowLauncher` instead.
 """
 
 from __future__ import annotations

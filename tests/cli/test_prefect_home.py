@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.environment import PREFECT_STATE, prefect_ui_command, workspace_prefect_home
+from alignflow.flows.environment import PREFECT_STATE, prefect_ui_command, workspace_prefect_home
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -37,7 +37,7 @@ def warm_up():
 
 def make_launcher(settings):
     warm_up()
-    from flows.feedback_launcher import make_launcher as retrain_launcher
+    from alignflow.flows.feedback_launcher import make_launcher as retrain_launcher
 
     return retrain_launcher(settings)
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.summary import key_metrics
+from alignflow.flows.summary import key_metrics
 
 
 def test_evaluate_row_leads_with_the_pinned_sets_task_accuracy_against_the_reference():

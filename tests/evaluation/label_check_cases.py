@@ -40,8 +40,8 @@ def stand_in_champion(monkeypatch) -> None:
     """A champion reward model (``tier_scorer``) for ``data add`` and the flow to ask, without
     training one."""
     import alignflow.cli.data as cli_data
+    import alignflow.flows.retrain as retrain
     import alignflow.models.reward_scorer as reward_scorer
-    import flows.retrain as retrain
 
     monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
     monkeypatch.setattr(retrain, "label_judge", lambda plan: {"model_dir": "champion", "accuracy": 0.94})

@@ -211,7 +211,7 @@ def test_the_evaluation_table_keeps_every_pinned_prompt_with_each_completion_and
     eval_records, scorer
 ):
     """Not a sample: a user looking for the prompts the challenger got wrong finds every one."""
-    from tasks.evaluation import completions_table
+    from alignflow.tasks.evaluation import completions_table
 
     rows = distinct_prompt_rows(eval_records, 60)
     prompts, answers = [r["prompt"] for r in rows], [r["metadata"]["answer"] for r in rows]

@@ -40,7 +40,7 @@ TINY_FLOW = [
 
 @pytest.fixture(scope="session", autouse=True)
 def prefect_api(tmp_path_factory):
-    from flows.environment import apply_defaults
+    from alignflow.flows.environment import apply_defaults
 
     apply_defaults(tmp_path_factory.mktemp("prefect-project"))
     from prefect.testing.utilities import prefect_test_harness

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from alignflow.flows.ab_check import ab_check
 from alignflow.registry import models
-from flows.ab_check import ab_check
 from tests.service.test_ab import AGENT, HEADERS, service, simulate_users, two_versions  # noqa: F401
 
 pytestmark = pytest.mark.slow

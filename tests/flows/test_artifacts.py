@@ -25,11 +25,11 @@ import pytest
 from mlflow import MlflowClient
 
 from alignflow.evaluation.plots import learning_curves
+from alignflow.flows.artifacts import GATES_TABLE, artifact_key
+from alignflow.flows.run_log import role_outcome
 from alignflow.registry.decision_card import outcome_statement
 from alignflow.registry.runs import child_runs
-from flows.artifacts import GATES_TABLE, artifact_key
-from flows.run_log import role_outcome
-from tasks.evaluation import COMPLETIONS_TABLE
+from alignflow.tasks.evaluation import COMPLETIONS_TABLE
 from tests.cli.terminal import cli, noise_in, run_in_terminal, screen_lines
 from tests.flows.conftest import TINY_FLOW
 from tests.flows.prefect_reads import flow_runs_named, read_flow_run, run_logs
@@ -274,7 +274,7 @@ def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped,
 
 
 def test_the_summary_of_a_stopped_run_says_why_and_gates_without_details_keep_their_description():
-    from flows.artifacts import gate_rows, outcome_line, summary_markdown
+    from alignflow.flows.artifacts import gate_rows, outcome_line, summary_markdown
 
     stopped = {
         "project": "p",

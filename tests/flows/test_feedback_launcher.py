@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from alignflow.data.demo import iter_demo_pairs
+from alignflow.flows.feedback_launcher import RetrainFlowLauncher
 from alignflow.registry.runs import child_runs
 from alignflow.service.app import create_app
 from alignflow.service.settings import ServiceSettings, TokenSpec
-from flows.feedback_launcher import RetrainFlowLauncher
 from tests.flows.conftest import FAST_OVERRIDES
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.flows.retrain import retrain
 from alignflow.models.loading import load_tokenizer
 from alignflow.registry.models import CHALLENGER, alias_version
-from flows.retrain import retrain
 
 # 1 min 50 s of both cores on a quiet machine (7.5 min loaded): the default suite (11.7 min) would
 # sit at its 15-min budget, so it is opted into by anyone changing the model path

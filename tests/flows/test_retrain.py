@@ -25,6 +25,9 @@ from alignflow.config import load_config
 from alignflow.data.versioning import current_version
 from alignflow.evaluation import cost
 from alignflow.evaluation import metric_names as names
+from alignflow.flows.retrain import GOLDEN_VERSION_TAG, STOP_REASON_TAG, retrain
+from alignflow.flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
+from alignflow.flows.unchanged import check_before_flow
 from alignflow.registry.models import CHALLENGER, CHAMPION, alias_version
 from alignflow.registry.pipeline_record import (
     CACHE_HIT_TAG,
@@ -35,9 +38,6 @@ from alignflow.registry.pipeline_record import (
 from alignflow.registry.promotion import FAILED_GATES_TAG, OUTCOME_FAILED_TAG, OUTCOME_TAG, PROMOTED_AT_TAG
 from alignflow.registry.runs import DATA_VERSION_TAG, child_runs
 from alignflow.registry.server import local_mlflow_server
-from flows.retrain import GOLDEN_VERSION_TAG, STOP_REASON_TAG, retrain
-from flows.unchanged import OUTCOME_TAG as PIPELINE_OUTCOME_TAG
-from flows.unchanged import check_before_flow
 from tests.flows.conftest import FAST_OVERRIDES
 from tests.flows.prefect_reads import read_flow_run, run_logs
 

@@ -18,7 +18,7 @@ from alignflow.cli.pipeline import console, render_summary
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.report import read_report
 from alignflow.evaluation.rl_stage import NOTHING_MEASURABLE
-from flows.retrain import retrain
+from alignflow.flows.retrain import retrain
 from tests.flows.conftest import TINY_FLOW
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,8 @@ from prefect.context import FlowRunContext
 from prefect.states import Completed, Failed
 
 from alignflow.cli.serve_runner import outcome_line, report_finished
-from flows.run_log import label_flow_run, logs_to_the_run, outcome_tags
-from flows.summary import RunSummary
+from alignflow.flows.run_log import label_flow_run, logs_to_the_run, outcome_tags
+from alignflow.flows.summary import RunSummary
 from tests.flows.prefect_reads import read_flow_run, run_logs
 
 
@@ -25,12 +25,12 @@ from tests.flows.prefect_reads import read_flow_run, run_logs
 def narrated() -> str:
     """Logs as the retrain flow does, from our loggers, with the CLI's quiet levels."""
     with logs_to_the_run():
-        logging.getLogger("flows.retrain").info("sft: done in 1.0s, loss=0.5")
+        logging.getLogger("alignflow.flows.retrain").info("sft: done in 1.0s, loss=0.5")
         logging.getLogger("alignflow.training").warning("the library warns")
         logging.getLogger("mlflow.tracking").info("not ours")
         label_flow_run("demo-dpo-2fa81c3", ["project:demo"])
         label_flow_run(tags=["outcome:promoted"])
-    logging.getLogger("flows.retrain").info("after the run's logging ended")
+    logging.getLogger("alignflow.flows.retrain").info("after the run's logging ended")
     return str(FlowRunContext.get().flow_run.id)
 
 
@@ -42,7 +42,7 @@ def test_our_log_lines_reach_the_flow_run_and_labels_add_up(caplog):
     finally:
         ours.setLevel(logging.NOTSET)
     logs = run_logs(flow_run_id)
-    assert ("flows.retrain", logging.INFO, "sft: done in 1.0s, loss=0.5") in logs
+    assert ("alignflow.flows.retrain", logging.INFO, "sft: done in 1.0s, loss=0.5") in logs
     assert ("alignflow.training", logging.WARNING, "the library warns") in logs
     assert not [log for log in logs if log[0].startswith("mlflow") or "after the run" in log[2]], logs
     run = read_flow_run(flow_run_id)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.flows.retrain import retrain
 from alignflow.registry.runs import child_runs
-from flows.retrain import retrain
 from tests.flows.conftest import TINY_FLOW
 
 pytestmark = pytest.mark.slow

@@ -5,8 +5,8 @@ from __future__ import annotations
 import mlflow
 
 from alignflow.config import load_config
-from flows.stages import reusable
-from tasks.stage_inputs import StageInputs
+from alignflow.flows.stages import reusable
+from alignflow.tasks.stage_inputs import StageInputs
 
 
 def inputs_for(tracking_uri: str) -> StageInputs:

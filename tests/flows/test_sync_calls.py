@@ -2,7 +2,7 @@
 
 import pytest
 
-from flows.sync_calls import resolved
+from alignflow.flows.sync_calls import resolved
 
 
 def test_a_value_comes_back_as_it_is():

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from alignflow.cli import app
 from alignflow.data.demo import write_demo_dataset
+from alignflow.flows.retrain import STOP_REASON_TAG, retrain
 from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG
-from flows.retrain import STOP_REASON_TAG, retrain
 from tests.evaluation.label_check_cases import stand_in_champion
 from tests.flows.conftest import TINY_FLOW
 

@@ -31,7 +31,7 @@ TINY_RUN = [
 
 @pytest.fixture
 def prefect_api(tmp_path):
-    from flows.environment import apply_defaults
+    from alignflow.flows.environment import apply_defaults
 
     apply_defaults(tmp_path / "prefect-project")
     from prefect.testing.utilities import prefect_test_harness
@@ -43,7 +43,7 @@ def prefect_api(tmp_path):
 def test_retrain_logs_and_registers_on_mlflow_server_with_postgres(
     postgres_url, fresh_database, prefect_api, tmp_path
 ):
-    from flows.retrain import retrain
+    from alignflow.flows.retrain import retrain
 
     backend = server_url(postgres_url, fresh_database("alignflow_mlflow"), "psycopg")
     with local_mlflow_server(tmp_path / "mlflow", backend_store_uri=backend) as server:

@@ -96,8 +96,8 @@ def test_parent_flow_runs_a_stage_deployment_on_a_process_worker(prefect_server,
     subprocess.run(create_pool, env=env, check=True, timeout=120)
 
     deploy = (
-        "from flows.stages import sft_stage; "
-        f"sft_stage.from_source({str(REPO)!r}, 'flows/stages.py:sft_stage')"
+        "from alignflow.flows.stages import sft_stage; "
+        f"sft_stage.from_source({str(REPO)!r}, 'alignflow/flows/stages.py:sft_stage')"
         f".to_deployment(name='default', work_pool_name={POOL!r}).apply()"
     )
     subprocess.run([sys.executable, "-c", deploy], env=env, cwd=REPO, check=True, timeout=180)
@@ -114,7 +114,7 @@ def test_parent_flow_runs_a_stage_deployment_on_a_process_worker(prefect_server,
     worker = _start([*prefect, "worker", "start", "--pool", POOL, "--type", "process"], env, worker_log)
     try:
         with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
-            from flows.retrain import retrain
+            from alignflow.flows.retrain import retrain
 
             overrides = [
                 *TINY_RUN,

@@ -2,10 +2,10 @@ from types import SimpleNamespace
 
 from alignflow.config import load_config, with_reward_model
 from alignflow.plan import RunPlan
+from alignflow.tasks.caching import code_version, stage_cache_key
+from alignflow.tasks.retry import is_transient
+from alignflow.tasks.stage_inputs import StageInputs
 from alignflow.training.registry import REWARD_STAGE_REF
-from tasks.caching import code_version, stage_cache_key
-from tasks.retry import is_transient
-from tasks.stage_inputs import StageInputs
 
 
 def key(name="sft", **params):

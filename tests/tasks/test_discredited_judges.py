@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from alignflow.promotion.gates import JudgeAudit, PromotionDecision
 from alignflow.registry.decision_card import JudgedOn, version_description
-from tasks.registry import discredit
+from alignflow.tasks.registry import discredit
 
 
 def test_a_judge_discredited_by_the_label_check_does_not_count_in_promotion():

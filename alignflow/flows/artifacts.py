@@ -19,8 +19,8 @@ import logging
 import re
 from typing import Any
 
+from alignflow.flows.summary import RunSummary, key_metrics
 from alignflow.registry.decision_card import outcome_statement
-from flows.summary import RunSummary, key_metrics
 
 logger = logging.getLogger(__name__)
 

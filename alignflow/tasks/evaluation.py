@@ -8,10 +8,10 @@ from typing import Any
 from prefect import task
 
 from alignflow import progress
-from tasks.caching import stage_cache_key
-from tasks.retry import retry_transient
-from tasks.stage_inputs import EvaluateInputs
-from tasks.stage_task import pipeline_config, run_in_stage
+from alignflow.tasks.caching import stage_cache_key
+from alignflow.tasks.retry import retry_transient
+from alignflow.tasks.stage_inputs import EvaluateInputs
+from alignflow.tasks.stage_task import pipeline_config, run_in_stage
 
 COMPLETIONS_TABLE = "eval/completions.json"
 MODELS = ("policy", "reference", "rl_start", "champion")

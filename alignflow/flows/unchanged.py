@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alignflow.config import PipelineConfig
+from alignflow.flows.summary import RunSummary, StageOutcome
 from alignflow.plan import RunPlan
 from alignflow.registry.lineage import champion_version, pipeline_summary, trained_on
-from flows.summary import RunSummary, StageOutcome
 
 if TYPE_CHECKING:  # mlflow is imported only when the check runs
     from mlflow.entities.model_registry import ModelVersion
@@ -89,7 +89,7 @@ def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> Run
 
 def show_champion_stages(summary: RunSummary) -> None:
     """The champion's stages, reported as this run's cache hits, as child runs of its parent."""
-    from flows.parent_run import show_cache_hit
+    from alignflow.flows.parent_run import show_cache_hit
 
     for stage in summary.stages:
         show_cache_hit(summary, stage)
@@ -101,7 +101,7 @@ def record_nothing_to_do(
     """One parent run per pipeline run, also when it had nothing to do (the schedule's audit trail)."""
     import mlflow
 
-    from flows.parent_run import parent_run, record_data_version, record_results
+    from alignflow.flows.parent_run import parent_run, record_data_version, record_results
 
     outcome = {OUTCOME_TAG: "nothing_to_do"}
     with parent_run(config, repo_dir, summary.data_version, outcome) as run:

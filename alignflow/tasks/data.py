@@ -8,8 +8,8 @@ from typing import Any
 
 from prefect import task
 
-from tasks.retry import retry_transient
-from tasks.stage_task import pipeline_config, run_in_stage
+from alignflow.tasks.retry import retry_transient
+from alignflow.tasks.stage_task import pipeline_config, run_in_stage
 
 LABEL_REPORT = Path(".alignflow") / "reports" / "label-check.json"
 CONTAMINATION_REPORT = Path(".alignflow") / "reports" / "pinned-set-check.json"

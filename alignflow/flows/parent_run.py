@@ -17,6 +17,7 @@ from typing import Any
 from mlflow.entities import Run
 
 from alignflow.config import PipelineConfig, config_hash
+from alignflow.flows.summary import RunSummary, StageOutcome
 from alignflow.registry.pipeline_record import (
     PIPELINE_TAG,
     cache_hit_run,
@@ -27,7 +28,6 @@ from alignflow.registry.pipeline_record import (
     run_name,
 )
 from alignflow.registry.runs import lineage_tags, pipeline_run
-from flows.summary import RunSummary, StageOutcome
 
 FLOW_NAME = "retrain"
 

@@ -1,6 +1,6 @@
 """Stage subflows: each can run in-process under the parent or as its own deployment.
 
-A stage flow takes one JSON-able parameter (:class:`~tasks.stage_inputs.StageInputs`:
+A stage flow takes one JSON-able parameter (:class:`~alignflow.tasks.stage_inputs.StageInputs`:
 the config as a dict, paths, hashes) and returns a small dict, so the parent can call it
 directly or through ``run_deployment`` on a GPU work pool with the same code. A cached
 result whose files are gone (a cleaned output folder, another clone) or whose run is not in
@@ -14,13 +14,13 @@ from typing import Any
 
 from prefect import Flow, Task, flow
 
+from alignflow.flows.run_log import logs_to_the_run
 from alignflow.registry.pipeline_record import SHORT_VERSION
 from alignflow.registry.runs import run_exists
-from flows.run_log import logs_to_the_run
-from tasks.evaluation import evaluate
-from tasks.stage_inputs import EvaluateInputs, StageInputs
-from tasks.stage_task import pipeline_config
-from tasks.training import train_policy, train_reward, train_sft
+from alignflow.tasks.evaluation import evaluate
+from alignflow.tasks.stage_inputs import EvaluateInputs, StageInputs
+from alignflow.tasks.stage_task import pipeline_config
+from alignflow.tasks.training import train_policy, train_reward, train_sft
 
 STAGE_OPTIONS: dict[str, Any] = {"persist_result": True, "log_prints": False}
 

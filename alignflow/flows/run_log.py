@@ -1,7 +1,7 @@
 """What a retraining run shows in the Prefect UI: our log lines, a name and tags.
 
 Prefect's Logs tab lists the records that reached its API. The CLI keeps Prefect's own
-loggers at WARNING (:mod:`flows.environment`) and ours are not Prefect's, so a run used to
+loggers at WARNING (:mod:`alignflow.flows.environment`) and ours are not Prefect's, so a run used to
 say "This run didn't generate logs". For the length of a flow run, :func:`logs_to_the_run`
 hands the records of our loggers (``alignflow``, ``flows``, ``tasks``: each stage started
 and finished with its key metrics, the gate decisions, the outcome, the library's
@@ -23,9 +23,9 @@ from prefect.context import FlowRunContext, get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging.handlers import APILogHandler
 
+from alignflow.flows.summary import RunSummary
 from alignflow.logs import OURS
 from alignflow.registry.pipeline_record import SHORT_VERSION, run_name
-from flows.summary import RunSummary
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def label_flow_run(name: str | None = None, tags: Iterable[str] = ()) -> None:
 
 def stage_line(stage: str, cached: bool, seconds: float, metrics: dict[str, Any]) -> str:
     """One finished stage, as the CLI's plain output says it: ``sft: done in 12.3s, loss=…``."""
-    from flows.summary import key_metrics
+    from alignflow.flows.summary import key_metrics
 
     shown = key_metrics(stage, metrics)
     said = f"{stage}: {'cache hit' if cached else 'done'} in {seconds:.1f}s"
@@ -155,8 +155,8 @@ def stage_line(stage: str, cached: bool, seconds: float, metrics: dict[str, Any]
 def log_decisions(summary: RunSummary) -> None:
     """What the RL stage added, each promotion decision with its gates, then the run's outcome,
     on the run's log."""
+    from alignflow.flows.artifacts import outcome_line
     from alignflow.registry.decision_card import outcome_statement
-    from flows.artifacts import outcome_line
 
     data = summary.to_dict()
     if summary.rl_stage:

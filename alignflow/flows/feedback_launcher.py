@@ -21,11 +21,11 @@ from typing import Any
 from mlflow import MlflowClient
 
 from alignflow.evaluation.metric_names import POLICY_REWARD_MEAN, POLICY_REWARD_STD
+from alignflow.flows.retrain import retrain
 from alignflow.registry import models as registry_models
 from alignflow.service.jobs import TrainingOutcome, TrainingRequest
 from alignflow.service.policies import job_metrics, record_job
 from alignflow.service.settings import ServiceSettings
-from flows.retrain import retrain
 
 
 def _stage(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -33,7 +33,7 @@ def _stage(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 
 class RetrainFlowLauncher:
-    """Run ``flows.retrain.retrain`` on one agent's feedback export.
+    """Run ``alignflow.flows.retrain.retrain`` on one agent's feedback export.
 
     ``config_path`` (default: the service's ``pipeline_config``) and ``overrides`` are the
     deployment's; the request's overrides are applied after them.

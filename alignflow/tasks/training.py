@@ -12,11 +12,11 @@ from typing import Any
 
 from prefect import task
 
+from alignflow.tasks.caching import stage_cache_key
+from alignflow.tasks.retry import retry_transient
+from alignflow.tasks.stage_inputs import StageInputs
+from alignflow.tasks.stage_task import pipeline_config, run_in_stage
 from alignflow.training.launch import launch_stage
-from tasks.caching import stage_cache_key
-from tasks.retry import retry_transient
-from tasks.stage_inputs import StageInputs
-from tasks.stage_task import pipeline_config, run_in_stage
 
 TASK_OPTIONS: dict[str, Any] = {
     "cache_key_fn": stage_cache_key,

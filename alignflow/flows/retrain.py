@@ -5,7 +5,7 @@ upstream models), so a run with unchanged inputs retrains nothing; a run whose d
 version and config are those the current champion was trained on ends early. One parent
 MLflow run holds a nested run per stage; stages named in ``orchestration.work_pools`` run
 as deployments on that pool (``run_deployment``), the rest in-process. The parent run is
-what the MLflow UI compares (:mod:`flows.parent_run`): config as params, data version as
+what the MLflow UI compares (:mod:`alignflow.flows.parent_run`): config as params, data version as
 its dataset, headline results as metrics, a child run for each cache hit.
 """
 
@@ -28,19 +28,9 @@ from alignflow import progress
 from alignflow.config import PipelineConfig, load_config
 from alignflow.errors import DataCheckStop
 from alignflow.evaluation.rl_stage import rl_gain_line
-from alignflow.plan import PlannedStep, RunPlan
-from alignflow.registry.lineage import (
-    champion_copy,
-    champion_judge,
-    champion_version,
-    link_reused_version,
-    trained_on,
-)
-from alignflow.registry.pipeline_record import run_name
-from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
-from flows.artifacts import publish_run_artifacts
-from flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
-from flows.run_log import (
+from alignflow.flows.artifacts import publish_run_artifacts
+from alignflow.flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
+from alignflow.flows.run_log import (
     config_tags,
     data_tag,
     label_flow_run,
@@ -50,13 +40,23 @@ from flows.run_log import (
     retrain_run_name,
     stage_line,
 )
-from flows.stages import STAGE_FLOWS
-from flows.summary import RunSummary, StageOutcome
-from flows.sync_calls import resolved
-from flows.unchanged import OUTCOME_TAG, mark_nothing_to_do, show_champion_stages
-from tasks.data import pin_golden, version_data
-from tasks.registry import promote_models, register_models
-from tasks.stage_inputs import EvaluateInputs, StageInputs
+from alignflow.flows.stages import STAGE_FLOWS
+from alignflow.flows.summary import RunSummary, StageOutcome
+from alignflow.flows.sync_calls import resolved
+from alignflow.flows.unchanged import OUTCOME_TAG, mark_nothing_to_do, show_champion_stages
+from alignflow.plan import PlannedStep, RunPlan
+from alignflow.registry.lineage import (
+    champion_copy,
+    champion_version,
+    link_reused_version,
+    trained_on,
+)
+from alignflow.registry.pipeline_record import run_name
+from alignflow.registry.promotion import champion_judge
+from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG, DATA_VERSION_TAG, GOLDEN_VERSION_TAG
+from alignflow.tasks.data import pin_golden, version_data
+from alignflow.tasks.registry import promote_models, register_models
+from alignflow.tasks.stage_inputs import EvaluateInputs, StageInputs
 
 logger = logging.getLogger(__name__)
 
