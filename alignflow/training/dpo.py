@@ -1,9 +1,9 @@
-"""Direct preference optimisation with TRL: DPO and its loss family, ORPO and KTO.
+"""Direct preference optimisation with TRL: DPO and its loss family (IPO, hinge, robust...).
 
 The policy starts from the SFT model (a saved path, so TRL can build its reference from
 the same weights) and trains on ``format_prompt(prompt)`` + chosen/rejected, the prompt
-rendering every stage shares. KTO gets unpaired rows: each pair's chosen as desirable,
-its rejected as undesirable, plus the snapshot's own ``unpaired`` rows.
+rendering every stage shares. What the pair-trained stages share (the train and eval pairs,
+the start model, the pair dataset) is here too: SimPO, ORPO and KTO read their rows with it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import DPOConfig as TRLDPOConfig
-from trl import DPOTrainer, KTOConfig, KTOTrainer
+from trl import DPOTrainer
 
 from alignflow.data.halves import rows_for
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import model_init_kwargs, peft_config, trl_model_init_kwargs
+from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.rl.dpo import ZeroReferenceMixin
@@ -48,19 +48,6 @@ class ReferenceFreeDPOTrainer(ZeroReferenceMixin, AlignflowDPOTrainer):
     """DPO against a uniform reference (every reference log-probability is zero); zeros need no cache."""
 
 
-class AlignflowKTOTrainer(StageTrainerMixin, KTOTrainer):
-    """TRL's KTOTrainer with atomic checkpoints."""
-
-
-def _orpo_trainer_class():
-    from trl.experimental.orpo import ORPOTrainer
-
-    class AlignflowORPOTrainer(StageTrainerMixin, LengthGroupedMixin, ORPOTrainer):
-        """TRL's (experimental) ORPOTrainer with atomic checkpoints."""
-
-    return AlignflowORPOTrainer
-
-
 def pair_dataset(pairs: list[dict[str, Any]], tokenizer: Any) -> Dataset:
     return Dataset.from_list(
         [
@@ -74,47 +61,16 @@ def pair_dataset(pairs: list[dict[str, Any]], tokenizer: Any) -> Dataset:
     )
 
 
-def unpaired_dataset(pairs: list[dict[str, Any]], unpaired: list[dict[str, Any]], tokenizer: Any) -> Dataset:
-    rows = []
-    for p in pairs:
-        prompt = format_prompt(tokenizer, p["prompt"])
-        rows.append({"prompt": prompt, "completion": completion_text(p["chosen"]), "label": True})
-        rows.append({"prompt": prompt, "completion": completion_text(p["rejected"]), "label": False})
-    for u in unpaired:
-        rows.append(
-            {
-                "prompt": format_prompt(tokenizer, u["prompt"]),
-                "completion": completion_text(u["completion"]),
-                "label": bool(u["label"]),
-            }
-        )
-    return Dataset.from_list(rows)
-
-
-def _trainer_and_args(stage: DPOConfig, reference_free: bool) -> tuple[type, type, dict[str, Any]]:
-    if stage.method == "kto":
-        return (
-            AlignflowKTOTrainer,
-            KTOConfig,
-            {
-                "beta": stage.beta,
-                "desirable_weight": stage.desirable_weight,
-                "undesirable_weight": stage.undesirable_weight,
-            },
-        )
-    if stage.method == "orpo":
-        from trl.experimental.orpo import ORPOConfig
-
-        return _orpo_trainer_class(), ORPOConfig, {"beta": stage.beta}
+def _trainer_and_args(stage: DPOConfig, reference_free: bool) -> tuple[type, dict[str, Any]]:
     losses = [stage.loss_type] if isinstance(stage.loss_type, str) else list(stage.loss_type)
     extra = {"beta": stage.beta, "loss_type": losses, "label_smoothing": stage.label_smoothing}
     if stage.loss_weights:
         extra["loss_weights"] = stage.loss_weights
     if reference_free:
         extra["precompute_ref_log_probs"] = True
-        return ReferenceFreeDPOTrainer, TRLDPOConfig, extra
+        return ReferenceFreeDPOTrainer, extra
     extra["precompute_ref_log_probs"] = stage.precompute_reference
-    return AlignflowDPOTrainer, TRLDPOConfig, extra
+    return AlignflowDPOTrainer, extra
 
 
 def policy_pairs(
@@ -141,39 +97,26 @@ def run_dpo(
     seed, output_dir = begin_stage(stage, config.seed, output_dir)
     pairs, eval_pairs, start, tokenizer = policy_pairs(config, stage, data_dir, output_dir, model_path)
 
-    trainer_cls, args_cls, extra = _trainer_and_args(stage, stage.reference_free)
-    if stage.method == "kto":
-        unpaired = load_split(data_dir, "train", kind="unpaired")
-        train_ds = unpaired_dataset(pairs, unpaired, tokenizer)
-        eval_ds = unpaired_dataset(eval_pairs, [], tokenizer) if eval_pairs else None
-    else:
-        train_ds = pair_dataset(pairs, tokenizer)
-        eval_ds = pair_dataset(eval_pairs, tokenizer) if eval_pairs else None
+    trainer_cls, extra = _trainer_and_args(stage, stage.reference_free)
+    train_ds = pair_dataset(pairs, tokenizer)
+    eval_ds = pair_dataset(eval_pairs, tokenizer) if eval_pairs else None
 
     init_kwargs = trl_model_init_kwargs(config.model)
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
     kwargs.update(extra, max_length=stage.max_length, model_init_kwargs=init_kwargs, dataset_num_proc=None)
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
-    model: Any = start
-    trainer_kwargs: dict[str, Any] = {}
-    if issubclass(trainer_cls, CachedReferenceMixin):
-        trainer_kwargs["reference_cache_dir"] = stage.reference_cache_dir
-    if stage.method == "orpo":  # the experimental ORPO trainer wants a model object
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
     trainer = trainer_cls(
-        model=model,
-        args=args_cls(**filter_known_args(args_cls, kwargs)),
+        model=start,
+        args=TRLDPOConfig(**filter_known_args(TRLDPOConfig, kwargs)),
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         peft_config=peft_config(config.model),
         callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
-        **trainer_kwargs,
+        reference_cache_dir=stage.reference_cache_dir,
     )
-    require_length_fits(trainer.model, tokenizer, stage.max_length, f"dpo.max_length ({stage.method})", start)
+    require_length_fits(trainer.model, tokenizer, stage.max_length, "dpo.max_length", start)
     return train_and_finish("dpo", trainer, output_dir, stage.resume, reference_metrics(trainer))
 
 

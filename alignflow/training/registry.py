@@ -151,3 +151,5 @@ _builtin(
     reward_overrides=(f"ppo.reward_model='{REWARD_STAGE_REF}'", "ppo.verifiable_rewards=[]"),
 )
 _builtin("simpo", distributed=True, needs_pairs=True, config="alignflow.training.simpo_config:SimPOConfig")
+_builtin("orpo", distributed=True, needs_pairs=True, config="alignflow.training.orpo_config:ORPOConfig")
+_builtin("kto", distributed=True, needs_pairs=True, config="alignflow.training.kto_config:KTOConfig")
