@@ -30,7 +30,7 @@ def test_builtin_stages_and_their_cache_sections():
         register_stage(StageSpec("no-dash", "x:y", "x:Y"))
 
 
-@pytest.mark.parametrize("name", ["sft", "reward", "dpo", "grpo", "ppo", "simpo"])
+@pytest.mark.parametrize("name", ["sft", "reward", "dpo", "grpo", "ppo", "simpo", "orpo", "kto"])
 def test_every_builtin_runner_takes_the_run_settings_and_reads_its_own_section_typed(name):
     import inspect
 
