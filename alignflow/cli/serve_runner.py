@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -147,6 +148,8 @@ class _StoppableRunner(Runner):
 
     async def serve(self, deployments: Sequence[Any], announce, report: Callable[[str], None]) -> None:
         self._serving = asyncio.current_task()
+        if self.terminated:  # SIGTERM came while the loop was starting: nothing to cancel yet
+            return
         served = {}
         for deployment in deployments:
             served[await self.aadd_deployment(deployment)] = f"{deployment.flow_name}/{deployment.name}"
@@ -177,6 +180,22 @@ class _StoppableRunner(Runner):
             self._serving.get_loop().call_soon_threadsafe(lambda: None)  # wake a sleeping loop
 
 
+@contextmanager
+def runner_owns_sigterm(runner: _StoppableRunner) -> Iterator[None]:
+    """SIGTERM goes to the runner from before its loop starts, not only once Prefect's
+    ``start`` installs its handler: announcing the schedule comes first, and a SIGTERM in
+    between would meet the caller's handler, whose exception can land in a frame that drops
+    it (a weakref callback) and leave the schedule served until killed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, runner.handle_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def serve_until_stopped(deployments: Sequence[Any], announce, report: Callable[[str], None]) -> None:
     """Serve ``deployments`` until Ctrl-C (returns) or SIGTERM (raises ``Terminated``).
 
@@ -185,7 +204,11 @@ def serve_until_stopped(deployments: Sequence[Any], announce, report: Callable[[
     """
     runner = _StoppableRunner(pause_on_shutdown=True)
     # Ctrl-C, or SIGTERM (below); the API is stopped only once the runner is done with it
-    with api_outliving_the_runner(), suppress(KeyboardInterrupt, asyncio.CancelledError):
+    with (
+        runner_owns_sigterm(runner),
+        api_outliving_the_runner(),
+        suppress(KeyboardInterrupt, asyncio.CancelledError),
+    ):
         asyncio.run(runner.serve(deployments, announce, report))
     if runner.terminated:
         raise Terminated(128 + signal.SIGTERM)

@@ -37,7 +37,7 @@ from alignflow.training.stage import (
     train_and_finish,
     trainer_arguments,
 )
-from alignflow.training.stage_config import RunConfig
+from alignflow.training.stage_config import RunConfig, StageConfig
 
 
 class AlignflowDPOTrainer(StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, DPOTrainer):
@@ -89,6 +89,38 @@ def policy_pairs(
     return pairs, eval_pairs, start, AutoTokenizer.from_pretrained(start)
 
 
+def preference_trainer(
+    name: str,
+    config: RunSettings,
+    stage: StageConfig,
+    classes: tuple[type, type],
+    arguments: dict[str, Any],
+    model: Any,
+    start: str,
+    tokenizer: Any,
+    datasets: tuple[Dataset, Dataset | None],
+    **trainer_kwargs: Any,
+) -> Any:
+    """A TRL trainer built the way every pair-trained stage builds one: ``classes`` (trainer,
+    TRL config) with the arguments that config knows, the model section's LoRA, the stage's
+    settings sent to the tracker; refused before any step if the model cannot hold
+    ``max_length`` tokens."""
+    trainer_cls, args_cls = classes
+    train_ds, eval_ds = datasets
+    trainer = trainer_cls(
+        model=model,
+        args=args_cls(**filter_known_args(args_cls, arguments)),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config(config.model),
+        callbacks=[TrackingCallback({name: stage.model_dump(), "model": config.model.model_dump()})],
+        **trainer_kwargs,
+    )
+    require_length_fits(trainer.model, tokenizer, stage.max_length, f"{name}.max_length", start)
+    return trainer
+
+
 def run_dpo(
     config: RunSettings, data_dir: str | Path, output_dir: str | Path, model_path: str | Path | None = None
 ) -> StageResult:
@@ -106,17 +138,11 @@ def run_dpo(
     kwargs.update(extra, max_length=stage.max_length, model_init_kwargs=init_kwargs, dataset_num_proc=None)
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
-    trainer = trainer_cls(
-        model=start,
-        args=TRLDPOConfig(**filter_known_args(TRLDPOConfig, kwargs)),
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config(config.model),
-        callbacks=[TrackingCallback({"dpo": stage.model_dump(), "model": config.model.model_dump()})],
+    classes, datasets = (trainer_cls, TRLDPOConfig), (train_ds, eval_ds)
+    trainer = preference_trainer(
+        "dpo", config, stage, classes, kwargs, start, start, tokenizer, datasets,
         reference_cache_dir=stage.reference_cache_dir,
-    )
-    require_length_fits(trainer.model, tokenizer, stage.max_length, "dpo.max_length", start)
+    )  # fmt: skip
     return train_and_finish("dpo", trainer, output_dir, stage.resume, reference_metrics(trainer))
 
 

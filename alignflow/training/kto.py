@@ -15,18 +15,15 @@ from trl import KTOConfig as TRLKTOConfig
 from trl import KTOTrainer
 
 from alignflow.data.snapshot import load_split
-from alignflow.models.factory import peft_config, trl_model_init_kwargs
+from alignflow.models.factory import trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
-from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
-from alignflow.training.dpo import policy_pairs
+from alignflow.training.dpo import policy_pairs, preference_trainer
 from alignflow.training.kto_config import KTOConfig
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
-    filter_known_args,
-    require_length_fits,
     train_and_finish,
     trainer_arguments,
 )
@@ -75,14 +72,7 @@ def run_kto(
     )
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
-    trainer = AlignflowKTOTrainer(
-        model=start,
-        args=TRLKTOConfig(**filter_known_args(TRLKTOConfig, kwargs)),
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config(config.model),
-        callbacks=[TrackingCallback({STAGE: stage.model_dump(), "model": config.model.model_dump()})],
-    )
-    require_length_fits(trainer.model, tokenizer, stage.max_length, "kto.max_length", start)
+    classes = (AlignflowKTOTrainer, TRLKTOConfig)
+    datasets = (train_ds, eval_ds)
+    trainer = preference_trainer(STAGE, config, stage, classes, kwargs, start, start, tokenizer, datasets)
     return train_and_finish(STAGE, trainer, output_dir, stage.resume)

@@ -12,18 +12,15 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM
 
-from alignflow.models.factory import model_init_kwargs, peft_config
-from alignflow.registry.trainer_callback import TrackingCallback
+from alignflow.models.factory import model_init_kwargs
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
-from alignflow.training.dpo import pair_dataset, policy_pairs
+from alignflow.training.dpo import pair_dataset, policy_pairs, preference_trainer
 from alignflow.training.orpo_config import ORPOConfig
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
-    filter_known_args,
-    require_length_fits,
     train_and_finish,
     trainer_arguments,
 )
@@ -52,21 +49,13 @@ def run_orpo(
     train_ds = pair_dataset(pairs, tokenizer)
     eval_ds = pair_dataset(eval_pairs, tokenizer) if eval_pairs else None
 
-    trainer_cls, args_cls = _trainer_classes()
+    classes = _trainer_classes()
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
     kwargs.update(beta=stage.beta, max_length=stage.max_length, dataset_num_proc=None)
     if stage.max_prompt_length:
         kwargs["max_prompt_length"] = stage.max_prompt_length
     # a model object: given a path, the experimental trainer would load it with its own defaults
     model: Any = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
-    trainer = trainer_cls(
-        model=model,
-        args=args_cls(**filter_known_args(args_cls, kwargs)),
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config(config.model),
-        callbacks=[TrackingCallback({STAGE: stage.model_dump(), "model": config.model.model_dump()})],
-    )
-    require_length_fits(trainer.model, tokenizer, stage.max_length, "orpo.max_length", start)
+    datasets = (train_ds, eval_ds)
+    trainer = preference_trainer(STAGE, config, stage, classes, kwargs, model, start, tokenizer, datasets)
     return train_and_finish(STAGE, trainer, output_dir, stage.resume)

@@ -16,19 +16,16 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 from alignflow.errors import InputError
-from alignflow.models.factory import model_init_kwargs, peft_config
+from alignflow.models.factory import model_init_kwargs
 from alignflow.models.prompting import cut_prompt_text
-from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
-from alignflow.training.dpo import pair_dataset, policy_pairs
+from alignflow.training.dpo import pair_dataset, policy_pairs, preference_trainer
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.simpo_config import SimPOConfig
 from alignflow.training.stage import (
     StageResult,
     begin_stage,
-    filter_known_args,
-    require_length_fits,
     train_and_finish,
     trainer_arguments,
 )
@@ -68,7 +65,7 @@ def build_trainer(
     train_ds = simpo_pairs(pairs, tokenizer, stage.prompt_budget)
     eval_ds = simpo_pairs(eval_pairs, tokenizer, stage.prompt_budget) if eval_pairs else None
 
-    trainer_cls, args_cls = _trainer_class()
+    classes = _trainer_class()
     kwargs = trainer_arguments(stage, output_dir, config.model, seed, has_eval=eval_ds is not None)
     kwargs.update(
         loss_type="simpo",
@@ -83,17 +80,8 @@ def build_trainer(
     # a model object, not a path: given a path and init kwargs, the CPO trainer would load it
     # with device_map="auto"
     model = AutoModelForCausalLM.from_pretrained(start, **model_init_kwargs(config.model))
-    trainer = trainer_cls(
-        model=model,
-        args=args_cls(**filter_known_args(args_cls, kwargs)),
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config(config.model),
-        callbacks=[TrackingCallback({STAGE: stage.model_dump(), "model": config.model.model_dump()})],
-    )
-    require_length_fits(trainer.model, tokenizer, stage.max_length, "simpo.max_length", start)
-    return trainer
+    datasets = (train_ds, eval_ds)
+    return preference_trainer(STAGE, config, stage, classes, kwargs, model, start, tokenizer, datasets)
 
 
 def run_simpo(

@@ -259,3 +259,26 @@ def test_a_signal_unwinds_the_command_and_stops_its_whole_process_tree(signum, t
     assert len(started) == 2, errors.read_text()[-3000:]
     assert not survivors, f"still running after the command ended: {survivors}"
     assert done.returncode == 128 + signum, errors.read_text()[-3000:]
+
+
+SIGTERM_BEFORE_THE_LOOP = """
+import asyncio, os, signal
+from alignflow.cli.serve_runner import _StoppableRunner, runner_owns_sigterm
+
+runner = _StoppableRunner(pause_on_shutdown=True)
+with runner_owns_sigterm(runner):
+    os.kill(os.getpid(), signal.SIGTERM)  # while the schedule is being set up
+    asyncio.run(runner.serve([], lambda: print("announced"), print))
+print("terminated" if runner.terminated else "serving", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+"""
+
+
+def test_a_sigterm_before_the_runner_starts_stops_the_schedule_instead_of_being_lost():
+    """``alignflow serve`` announces its schedule before Prefect's runner installs its own
+    SIGTERM handler: a SIGTERM in between belongs to the runner already, so the schedule stops
+    (before this, the caller's handler raised where the exception could be dropped)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_BEFORE_THE_LOOP], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["terminated", "True"], done.stdout  # never announced; handler restored
