@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-OURS = ("alignflow", "flows", "tasks")  # the loggers whose warnings are ours to show
+OURS = ("alignflow",)  # the loggers whose warnings are ours to show (the flows and tasks are inside)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # read by the libraries when they import (set before they do): no bars, warnings only
 QUIET_ENV = {

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAMP = ROOT / ".alignflow" / "install.stamp"
 INPUTS = ("pyproject.toml", "requirements/lock.txt")
-PACKAGES = ("alignflow", "flows", "tasks")
+PACKAGES = ("alignflow",)
 
 
 def _project_files() -> list[Path]:

@@ -35,7 +35,7 @@ def narrated() -> str:
 
 
 def test_our_log_lines_reach_the_flow_run_and_labels_add_up(caplog):
-    ours = logging.getLogger("flows")
+    ours = logging.getLogger("alignflow")
     ours.setLevel(logging.WARNING)  # as the CLI leaves it: info lines would be dropped
     try:
         flow_run_id = narrated()
