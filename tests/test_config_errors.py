@@ -43,7 +43,7 @@ def test_an_unknown_section_names_the_closest_one(tmp_path):
 
 
 def test_a_key_in_no_section_suggests_the_sections_that_have_it():
-    assert closest_key(("beta",)) == "one of dpo.beta, grpo.beta, simpo.beta"
+    assert closest_key(("beta",)) == "one of dpo.beta, grpo.beta, kto.beta, orpo.beta, simpo.beta"
     assert closest_key(("sft", "max_stepss")) == "sft.max_steps"
 
 

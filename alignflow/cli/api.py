@@ -13,14 +13,17 @@ from alignflow.cli.shutdown import stopping_children
 from alignflow.runtime_config import DEFAULT_TRACKING_URI
 from alignflow.service.settings import DEFAULT_DATABASE_URL
 
-DEFAULT_LAUNCHER = "alignflow.flows.feedback_launcher:make_launcher"
+# launchers by name; any other value is module:attribute of a launcher (or a factory)
+LAUNCHERS = {"flow": "alignflow.flows.feedback_launcher:make_launcher"}
+DEFAULT_LAUNCHER = "flow"  # the retraining flow, gates included
 
 
 def _load_launcher(spec: str, settings):
-    """``module:attribute`` naming a launcher object or a factory taking the settings."""
-    module_name, _, attribute = spec.partition(":")
+    """A launcher by name (:data:`LAUNCHERS`), or ``module:attribute`` naming a launcher object
+    or a factory taking the settings."""
+    module_name, _, attribute = LAUNCHERS.get(spec, spec).partition(":")
     if not module_name or not attribute:
-        raise fail(f"--launcher {spec}: expected module:attribute (or 'library' to train in-process)")
+        raise fail(f"--launcher {spec}: expected 'flow', 'library' or module:attribute")
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
@@ -56,8 +59,8 @@ def serve(
     min_feedback: int | None = typer.Option(None, help="feedback samples needed before training"),
     launcher: str = typer.Option(
         DEFAULT_LAUNCHER,
-        help="module:attribute of a training launcher, or 'library' to train in-process without "
-        f"Prefect [default: {DEFAULT_LAUNCHER}]",
+        help="'flow' (the retraining flow and its gates), 'library' (in-process, without Prefect) or "
+        f"module:attribute of a training launcher [default: {DEFAULT_LAUNCHER}]",
         show_default=False,
     ),
     config: str | None = typer.Option(

@@ -140,5 +140,5 @@ class RetrainFlowLauncher:
 
 
 def make_launcher(settings: ServiceSettings) -> RetrainFlowLauncher:
-    """Factory for ``alignflow api --launcher flows.feedback_launcher:make_launcher``."""
+    """Factory for ``alignflow api --launcher flow`` (the default)."""
     return RetrainFlowLauncher(settings)

@@ -18,7 +18,7 @@ from alignflow.training.sft import run_sft
 
 @pytest.mark.parametrize(
     ("run", "key"),
-    [(run_sft, "sft.max_length"), (run_dpo, "dpo.max_length (dpo)")],
+    [(run_sft, "sft.max_length"), (run_dpo, "dpo.max_length")],
 )
 def test_a_max_length_beyond_the_position_table_is_refused_before_training(
     run, key, demo_config, demo_snapshot, gpt2_policy_dir, tmp_path
