@@ -221,7 +221,8 @@ def test_the_prefect_flow_run_is_named_and_tagged_and_logs_our_lines(on_terminal
         decision = summary["promotions"]["policy"]
         fate, outcome = ("promoted", "promoted") if decision["promoted"] else ("rejected", "not_promoted")
         assert {f"policy:{fate}", f"outcome:{outcome}"} <= set(run.tags)
-        said = [message for name, _, message in run_logs(summary["flow_run_id"]) if name.startswith("alignflow.flows.")]
+        logs = run_logs(summary["flow_run_id"])
+        said = [message for name, _, message in logs if name.startswith("alignflow.flows.")]
         for stage in summary["stages"]:
             outcome = "cache hit" if stage["cached"] else "done"
             assert f"{stage['name']}: started" in said, said

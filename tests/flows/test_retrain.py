@@ -259,7 +259,8 @@ def assert_the_flow_run_tells_the_rejection(summary: dict, version: str) -> None
     assert run.name == f"demo-dpo-{summary['data_version'][:7]}"
     expected = {"project:demo", "algorithm:dpo", "outcome:not_promoted", "policy:rejected", "reward:reused"}
     assert expected <= set(run.tags), run.tags
-    said = [message for name, _, message in run_logs(summary["flow_run_id"]) if name.startswith("alignflow.flows.")]
+    logs = run_logs(summary["flow_run_id"])
+    said = [message for name, _, message in logs if name.startswith("alignflow.flows.")]
     verdict = f"demo-policy v{version}: not promoted (failed: "
     assert any(s.startswith(verdict) and "task_accuracy_vs_champion" in s for s in said), said
     assert any(re.match(r"  gate (?!passed)\w+ task_accuracy_vs_champion: ", s) for s in said), said
