@@ -51,10 +51,6 @@ def unregister_judge(name: str) -> None:
     _JUDGES.pop(name, None)
 
 
-def judge_specs() -> dict[str, JudgeSpec]:
-    return dict(_JUDGES)
-
-
 def outside_judges() -> tuple[str, ...]:
     """The judges that count without proving themselves first: none of them trained in the run."""
     return tuple(name for name, spec in _JUDGES.items() if spec.outside_the_run)
