@@ -55,7 +55,7 @@ MAX_COMPLETION = 40
 LEARNING_RATE = {"dpo": 5e-4, "grpo": 2e-4}
 BETA = 0.1
 HELD_OUT_PAIRS = 48
-REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 1))
+REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 2))
 CASES = ("dpo:alignflow", "dpo:trl", "grpo:alignflow", "grpo:trl")
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 
@@ -265,13 +265,23 @@ def held_out_dpo_loss(trained: Path, root: Path, out: Path) -> float:
 
 
 def _trainer_records() -> list[dict[str, Any]]:
-    """Every ``Trainer.train`` call of this process: its seconds and the trainer's own state."""
-    from transformers import Trainer
+    """Every ``Trainer.train`` call of this process: its seconds, when each step ended, and the
+    trainer's own state."""
+    from transformers import Trainer, TrainerCallback
 
     records: list[dict[str, Any]] = []
     original = Trainer.train
 
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
     def timed(self, *args, **kwargs):
+        clock = StepClock()
+        self.add_callback(clock)
         started = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
@@ -280,6 +290,7 @@ def _trainer_records() -> list[dict[str, Any]]:
             records.append(
                 {
                     "seconds": time.perf_counter() - started,
+                    "step_ends": [t - started for t in clock.ends],
                     "steps": self.state.global_step,
                     "batch": self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps,
                     "num_tokens": max((h.get("num_tokens", 0) for h in history), default=0),
@@ -292,6 +303,17 @@ def _trainer_records() -> list[dict[str, Any]]:
     return records
 
 
+def _warm_rates(run: dict[str, Any]) -> tuple[float, float, float]:
+    """(rows/s, tokens/s, seconds) over the steps after the first: the first step's one-off
+    costs (allocations, lazy set-up) are warm-up, excluded on both sides. Tokens per step are
+    the loop's mean (TRL counts them per run, not per step)."""
+    ends, steps = run["step_ends"], run["steps"]
+    seconds = ends[-1] - ends[0]
+    warm_steps = len(ends) - 1
+    tokens = run["num_tokens"] / steps * warm_steps
+    return warm_steps * run["batch"] / seconds, tokens / seconds, seconds
+
+
 def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     """One case in this process; rates come from the trainer's state, not from the settings."""
     records = _trainer_records()
@@ -301,13 +323,16 @@ def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     run = records[-1]  # the training loop (TRL's reference pass is no Trainer.train call)
     rows = run["steps"] * run["batch"]
+    rows_per_s, tokens_per_s, warm_s = _warm_rates(run)
     result = {
         "steps": run["steps"],
         "train_s": run["seconds"],
+        "warm_up_s": run["step_ends"][0],
+        "warm_s": warm_s,
         "call_s": total,
-        "rows_per_s": rows / run["seconds"],
+        "rows_per_s": rows_per_s,
         "call_rows_per_s": rows / total,
-        "tokens_per_s": run["num_tokens"] / run["seconds"],
+        "tokens_per_s": tokens_per_s,
         "num_tokens": run["num_tokens"],
         "peak_rss_mb": rss,
         "seed": seed,
@@ -384,6 +409,16 @@ def _markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def abba_order(repeat: int) -> list[str]:
+    """Per stage, alignflow then TRL on even repeats and TRL then alignflow on odd ones, so
+    neither side always runs first on a cold page cache."""
+    order = []
+    for stage in ("dpo", "grpo"):
+        pair = [f"{stage}:alignflow", f"{stage}:trl"]
+        order += pair if repeat % 2 == 0 else pair[::-1]
+    return order
+
+
 def run(repeats: int = REPEATS) -> dict[str, Any]:
     import torch
 
@@ -396,7 +431,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         prepare(root)
         runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
         for repeat in range(repeats):
-            for case in CASES:
+            for case in abba_order(repeat):
                 runs[case].append(_child(case, root, root / f"{case.replace(':', '-')}-{repeat}", repeat))
     n_params = _parameters(smollm2_path())
     cases = {case: _median(r) for case, r in runs.items()}

@@ -26,6 +26,7 @@ from alignflow.rl.dpo import ZeroReferenceMixin
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo_config import DPOConfig
+from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.reference_logps import CachedReferenceMixin
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
@@ -40,8 +41,11 @@ from alignflow.training.stage import (
 from alignflow.training.stage_config import RunConfig, StageConfig
 
 
-class AlignflowDPOTrainer(StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, DPOTrainer):
-    """TRL's DPOTrainer with atomic checkpoints, cached reference log-probs and length-grouped batches."""
+class AlignflowDPOTrainer(
+    StageTrainerMixin, CachedReferenceMixin, LengthGroupedMixin, LabelHeadMixin, DPOTrainer
+):
+    """TRL's DPOTrainer with atomic checkpoints, cached reference log-probs, length-grouped
+    batches and a log-prob head that scores only the completions on a CPU."""
 
 
 class ReferenceFreeDPOTrainer(ZeroReferenceMixin, AlignflowDPOTrainer):

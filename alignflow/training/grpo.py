@@ -35,6 +35,7 @@ from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.grpo_config import GRPOConfig
+from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
@@ -48,7 +49,7 @@ from alignflow.training.stage import (
 RewardFn = Callable[..., list[float]]
 
 
-class AlignflowGRPOTrainer(StageTrainerMixin, GRPOTrainer):
+class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
     """TRL's GRPOTrainer with atomic checkpoints; with ``merged_generation``, a LoRA policy
     samples from a copy with its adapters folded in (:mod:`alignflow.models.merged_copy`)."""
 

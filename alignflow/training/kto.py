@@ -20,6 +20,7 @@ from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo import policy_pairs, preference_trainer
 from alignflow.training.kto_config import KTOConfig
+from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
     StageResult,
@@ -31,7 +32,7 @@ from alignflow.training.stage import (
 STAGE = "kto"
 
 
-class AlignflowKTOTrainer(StageTrainerMixin, KTOTrainer):
+class AlignflowKTOTrainer(StageTrainerMixin, LabelHeadMixin, KTOTrainer):
     """TRL's KTOTrainer with atomic checkpoints."""
 
 

@@ -21,6 +21,7 @@ from alignflow.models.factory import model_init_kwargs, peft_config
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
+from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.sft_config import SFTConfig
 from alignflow.training.stage import (
@@ -34,7 +35,7 @@ from alignflow.training.stage import (
 )
 
 
-class AlignflowSFTTrainer(StageTrainerMixin, SFTTrainer):
+class AlignflowSFTTrainer(StageTrainerMixin, LabelHeadMixin, SFTTrainer):
     """TRL's SFTTrainer with atomic checkpoints."""
 
 

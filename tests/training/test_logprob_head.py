@@ -1,0 +1,103 @@
+"""The CPU label head gives TRL's fused head's numbers (log-probs, entropy, metrics, gradients)
+while projecting only the labelled positions, and steps aside where it cannot."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from trl.trainer.utils import add_fused_lm_head
+
+from alignflow.training import logprob_head
+from alignflow.training.logprob_head import EXTRAS, install_label_head, label_logprobs
+
+FIELDS = ("log_probs", *EXTRAS)
+
+
+def _tiny_lm(**config: object) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = LlamaForCausalLM(LlamaConfig(**(settings | config)))
+    model.get_output_embeddings().weight.requires_grad_(False)  # a frozen head, as under LoRA
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(1)
+    ids = torch.randint(0, 300, (3, 16))
+    labels = ids.clone()
+    labels[:, :6] = -100  # the prompt
+    labels[1, 12:] = -100  # padding
+    return ids, labels
+
+
+def _trl_and_ours(temperature: float) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    theirs = _tiny_lm()
+    ours = copy.deepcopy(theirs)
+    for model in (theirs, ours):
+        add_fused_lm_head(model, temperature=temperature, outputs=FIELDS)
+    assert install_label_head(ours, temperature, outputs=FIELDS)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_values_and_gradients_match_trls_fused_head(temperature):
+    ids, labels = _batch()
+    results = []
+    for model in _trl_and_ours(temperature):
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        (out.log_probs.sum() + 0.3 * out.entropy.sum()).backward()  # an entropy bonus reaches h too
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((out, grads))
+    (theirs, their_grads), (ours, our_grads) = results
+    for field in FIELDS:
+        torch.testing.assert_close(getattr(ours, field).float(), getattr(theirs, field).float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.loss, theirs.loss)
+    assert torch.equal(ours.label_mask, theirs.label_mask)
+    assert our_grads.abs().sum() > 0
+    torch.testing.assert_close(our_grads, their_grads, atol=1e-5, rtol=1e-4)
+
+
+def test_only_the_labelled_positions_are_projected(monkeypatch):
+    ids, labels = _batch()
+    _, ours = _trl_and_ours(1.0)
+    projected = []
+    real = logprob_head._chunk_logits
+    monkeypatch.setattr(logprob_head, "_chunk_logits", lambda rows, *a: projected.append(len(rows)) or real(rows, *a))
+    ours(input_ids=ids, labels=labels, fused_lm_head=True).log_probs.sum().backward()
+    assert sum(projected) == int((labels[:, 1:] != -100).sum()) < labels[:, 1:].numel()
+
+
+def test_no_gradient_work_without_grad_and_an_all_masked_batch_still_backpropagates():
+    hidden = torch.randn(5, 32)
+    weight = torch.randn(300, 32)
+    with torch.no_grad():
+        scores = label_logprobs(hidden, weight, torch.randint(0, 300, (5,)))
+    assert scores["log_probs"].shape == (5,) and (scores["log_probs"] <= 0).all()
+    ids, labels = _batch()
+    labels[:] = -100
+    _, ours = _trl_and_ours(1.0)
+    out = ours(input_ids=ids, labels=labels, fused_lm_head=True)
+    out.loss.backward()  # a differentiable zero, as TRL's head gives
+    assert float(out.loss) == 0.0
+
+
+def test_it_steps_aside_for_a_trainable_head_a_scaled_head_and_fields_it_lacks():
+    ids, labels = _batch()
+    theirs, ours = _trl_and_ours(1.0)
+    ours.get_output_embeddings().weight.requires_grad_(True)  # full fine-tuning: TRL's head trains W
+    out = ours(input_ids=ids, labels=labels, fused_lm_head=True)
+    out.log_probs.sum().backward()
+    assert ours.get_output_embeddings().weight.grad is not None  # TRL's path ran
+
+    softcapped = _tiny_lm(final_logit_softcapping=30.0)
+    add_fused_lm_head(softcapped)
+    assert not install_label_head(softcapped)
+    wpo = _tiny_lm()
+    add_fused_lm_head(wpo, outputs=("log_probs", "log_sum_sq_probs"))
+    assert not install_label_head(wpo, outputs=("log_probs", "log_sum_sq_probs"))
