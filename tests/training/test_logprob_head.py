@@ -56,7 +56,8 @@ def test_values_and_gradients_match_trls_fused_head(temperature):
         results.append((out, grads))
     (theirs, their_grads), (ours, our_grads) = results
     for field in FIELDS:
-        torch.testing.assert_close(getattr(ours, field).float(), getattr(theirs, field).float(), atol=1e-5, rtol=1e-5)
+        ours_field, theirs_field = getattr(ours, field).float(), getattr(theirs, field).float()
+        torch.testing.assert_close(ours_field, theirs_field, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours.loss, theirs.loss)
     assert torch.equal(ours.label_mask, theirs.label_mask)
     assert our_grads.abs().sum() > 0
@@ -68,7 +69,8 @@ def test_only_the_labelled_positions_are_projected(monkeypatch):
     _, ours = _trl_and_ours(1.0)
     projected = []
     real = logprob_head._chunk_logits
-    monkeypatch.setattr(logprob_head, "_chunk_logits", lambda rows, *a: projected.append(len(rows)) or real(rows, *a))
+    counted = lambda rows, *rest: projected.append(len(rows)) or real(rows, *rest)  # noqa: E731
+    monkeypatch.setattr(logprob_head, "_chunk_logits", counted)
     ours(input_ids=ids, labels=labels, fused_lm_head=True).log_probs.sum().backward()
     assert sum(projected) == int((labels[:, 1:] != -100).sum()) < labels[:, 1:].numel()
 
