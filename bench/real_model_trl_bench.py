@@ -16,14 +16,16 @@ reference pass, as it always does.
   the trained model against SmolLM2 by TRL's own evaluation (same call both sides), MFU.
 - GRPO: the word problems of ``configs/smollm2-math.yaml`` with the correctness and format
   verifiers. Reported: completions/s and tokens/s (prompt and completion tokens TRL counts
-  in ``num_tokens``), the run's mean reward, MFU of the update (generation excluded).
+  in ``num_tokens``), the run's mean reward and the trained model's greedy reward on 40
+  held-out problems, MFU over the loop's tokens and time (generation included).
 
 MFU reads model FLOPs against this machine's bf16 GEMM peak, measured in the same run
 (``bench.real_model_bench.gemm_peak_gflops``): 4 N per trained token for a frozen base with
 adapters (forward and input gradients, no weight gradients), N the model's parameters.
 
-Each case runs in its own process (its peak RSS is its own), cases interleaved, ``REPEATS``
-times (default 1: each case takes minutes on 2 cores); ratios are alignflow/TRL.
+Each case runs in its own process (its peak RSS is its own), ``REPEATS`` times (default 2),
+the sides' order alternating per repeat (ABBA); the train-loop rates leave out step 1
+(warm-up) on both sides; ratios are alignflow/TRL of the medians.
 Run: ``python -m bench real_model_trl`` (writes bench/results/real_model_trl.{json,md}).
 """
 
@@ -264,6 +266,31 @@ def held_out_dpo_loss(trained: Path, root: Path, out: Path) -> float:
     return float(trainer.evaluate()["eval_loss"])
 
 
+def held_out_reward(trained: Path, root: Path) -> float:
+    """The trained policy's mean reward (correctness + 0.2 x format, the training weights) on the
+    40 held-out word problems, greedy: the same call for both sides."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignflow.data.answers import correctness_reward, format_reward
+    from alignflow.data.snapshot import load_split
+    from alignflow.models.prompting import format_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(trained, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(trained, dtype=torch.bfloat16).eval()
+    rows = load_split(root / "math", "eval")
+    prompts = [format_prompt(tokenizer, r["prompt"]) for r in rows]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=MAX_COMPLETION, do_sample=False)
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    scores = [
+        correctness_reward(text, row["metadata"]["answer"]) + 0.2 * format_reward(text)
+        for text, row in zip(texts, rows, strict=True)
+    ]
+    return statistics.fmean(scores)
+
+
 def _trainer_records() -> list[dict[str, Any]]:
     """Every ``Trainer.train`` call of this process: its seconds, when each step ended, and the
     trainer's own state."""
@@ -343,6 +370,7 @@ def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
         result["final_train_loss"] = run["losses"][-1] if run["losses"] else None
     else:
         result["mean_reward"] = statistics.fmean(run["rewards"]) if run["rewards"] else None
+        result["held_out_reward"] = held_out_reward(trained, root)
     return result
 
 
@@ -377,12 +405,13 @@ def _markdown(r: dict[str, Any]) -> str:
     lines = [
         "# DPO and GRPO on SmolLM2-135M-Instruct: alignflow vs TRL (tuned)",
         "",
-        f"Machine: {r['machine']}; {r['threads']} threads; "
+        f"Machine: {r['machine']} ({r['cpu']}); {r['threads']} threads; "
         f"bf16 GEMM peak {r['bf16_peak_gflops']:.0f} GFLOP/s "
         f"(measured in this run). {r['parameters'] / 1e6:.1f}M parameters; bf16 weights + LoRA r16 on every "
-        f"linear layer, both sides. Repeats: {r['repeats']} (medians). {_load_note(r)}",
+        f"linear layer, both sides. Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
         "",
-        "| case | steps | rows/s (train loop) | tokens/s | rows/s (whole call) | MFU | peak RSS MB "
+        "| case | steps | rows/s (train loop, after step 1; min-max) | tokens/s | rows/s (whole call) "
+        "| MFU | peak RSS MB "
         "| quality |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -390,10 +419,13 @@ def _markdown(r: dict[str, Any]) -> str:
         quality = (
             f"held-out DPO loss {case['held_out_loss']:.4f}"
             if "held_out_loss" in case
-            else f"mean reward {case.get('mean_reward', float('nan')):.3f}"
+            else f"held-out reward {case['held_out_reward']:.3f} (train {case['mean_reward']:.3f})"
         )
+        spread = [run["rows_per_s"] for run in case["runs"]]
+        rate = f"{case['rows_per_s']:.2f} ({min(spread):.2f}-{max(spread):.2f})"
         lines.append(
-            f"| {name} | {case['steps']:.0f} | {case['rows_per_s']:.2f} | {case['tokens_per_s']:.0f} | "
+            f"| {name} | {case['steps']:.0f} | {rate} "
+            f"| {case['tokens_per_s']:.0f} | "
             f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['peak_rss_mb']:.0f} | {quality} |"
         )
     lines += ["", "Ratios alignflow/TRL (above 1: alignflow faster or larger):", ""]
@@ -402,8 +434,13 @@ def _markdown(r: dict[str, Any]) -> str:
     lines += [
         "",
         "Rows are pairs for DPO and completions for GRPO. Tokens are TRL's own `num_tokens` count",
-        "(prompt and completion tokens the training loop processed). TRL's reference pass is part of",
-        "its whole call; alignflow's cached reference pass is too (cold cache in every run).",
+        "(prompt and completion tokens the training loop processed). The train-loop rates leave out",
+        "step 1 on both sides (warm-up: one-off allocations and set-up; "
+        f"median {r['warm_up_s']:.1f} s); repeats alternate which side runs first (ABBA). GRPO's MFU",
+        "counts its loop's tokens over the whole loop, generation included. TRL's reference pass is",
+        "part of its whole call; alignflow's cached reference pass is too (cold cache in every run).",
+        "Held-out: DPO loss on 48 HH pairs by TRL's evaluation against SmolLM2; GRPO reward",
+        "(correctness + 0.2 x format) of greedy answers to 40 word problems not trained on.",
         f"Wall: {r['wall_s']:.0f} s.",
     ]
     return "\n".join(lines) + "\n"
@@ -455,12 +492,28 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "ratios": ratios,
         "dpo_train_speedup": ratios["dpo rows/s (train loop)"],
         "grpo_train_speedup": ratios["grpo rows/s (train loop)"],
+        "warm_up_s": statistics.median(c["warm_up_s"] for c in cases.values()),
+        "cpu": _cpu_name(),
         "load_average_1min_at_end": os.getloadavg()[0],
         "wall_s": time.perf_counter() - started,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
     return result
+
+
+def _cpu_name() -> str:
+    """The CPU's model name and matrix extensions, from /proc/cpuinfo (MFU depends on them)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    units = [name for name in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if name in flags]
+    family = f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    return f"{fields.get('model name', 'unknown CPU')}, {family}, {'/'.join(units) or 'no AVX2'}"
 
 
 def _parameters(path: Any) -> int:
