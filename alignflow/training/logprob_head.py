@@ -174,14 +174,15 @@ class LabelHeadMixin:
     whether it is in use (TRL's head stays for WPO's weights, which need ``log_sum_sq_probs``)."""
 
     label_head: bool = False
+    model: Any
+    ref_model: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if getattr(self, "use_weighting", False):
             return
-        model: Any = self.model
         temperature = float(getattr(self, "temperature", 1.0))
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self.label_head = install_label_head(base, temperature, outputs=("log_probs", *EXTRAS))
         reference = getattr(self, "ref_model", None)
         if reference is not None:
