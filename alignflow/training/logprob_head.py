@@ -42,7 +42,7 @@ def _score_chunks(
     hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float, with_grad: bool
 ) -> dict[str, torch.Tensor]:
     """Per row: log-prob of its label, entropy, mean logit, whether the label is the top token,
-    and (``with_grad``) ``d logp / dh = (W[y] - sum_v p_v W_v) / T``."""
+    and (``with_grad``) ``d logp / dh = (onehot(y) - p) @ W / T``."""
     weight32 = weight.float()
     parts: dict[str, list[torch.Tensor]] = {"log_probs": [], "dlogp": [], **{name: [] for name in EXTRAS}}
     for rows, targets in zip(hidden.split(TOKENS_PER_CHUNK), labels.split(TOKENS_PER_CHUNK), strict=True):
@@ -55,8 +55,12 @@ def _score_chunks(
         parts["log_probs"].append(log_softmax.gather(1, targets[:, None]).squeeze(1))
         parts["entropy"].append(-(probs * log_softmax).sum(-1))
         if with_grad:
-            expected = (probs.to(weight.dtype) @ weight).float()
-            parts["dlogp"].append((weight32[targets] - expected) / temperature)
+            # d logp / d logits = onehot(y) - p, formed in fp32 before the product in the
+            # weights' dtype: W[y] - p @ W taken after a bf16 product would cancel to noise for
+            # a confident token (p_y near 1)
+            dlogits = probs.neg_()
+            dlogits[torch.arange(len(targets)), targets] += 1.0
+            parts["dlogp"].append((dlogits.to(weight.dtype) @ weight).float() / temperature)
     return {name: torch.cat(chunks) for name, chunks in parts.items() if chunks}
 
 
