@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from alignflow.losses.functional import logprobs_from_logits
+from alignflow.models.decoding import cpu_decoding
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import prompt_batch
 
@@ -52,16 +53,17 @@ def sampled_kl(
     totals: list[float] = []
     for start in range(0, len(prompts), batch_size):
         batch = prompt_batch(tokenizer, prompts[start : start + batch_size], budget).to(device)
-        ids = policy.generate(
-            **batch,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
+        with cpu_decoding(policy):
+            ids = policy.generate(
+                **batch,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
         width = batch["input_ids"].shape[1]
         generated = ids[:, width:]
         is_eos = (generated == tokenizer.eos_token_id).int()

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from alignflow.errors import InputError
+from alignflow.models.decoding import cpu_decoding
 from alignflow.models.positions import prompt_token_budget
 
 Prompt = str | list[dict[str, str]]
@@ -150,26 +151,27 @@ def generate(
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
     outputs = [""] * len(prompts)
     order = longest_first(tokenizer, prompts)
-    try:
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
-            sample_args = (
-                {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
-            )
-            ids = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                **sample_args,
-            )
-            new_tokens = ids[:, batch["input_ids"].shape[1] :]
-            answers = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-            for i, answer in zip(rows, answers, strict=True):
-                outputs[i] = answer
-    finally:
-        model.train(was_training)
+    with cpu_decoding(model):
+        try:
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
+                sample_args = (
+                    {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
+                )
+                ids = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    **sample_args,
+                )
+                new_tokens = ids[:, batch["input_ids"].shape[1] :]
+                answers = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+                for i, answer in zip(rows, answers, strict=True):
+                    outputs[i] = answer
+        finally:
+            model.train(was_training)
     return outputs
 
 

@@ -27,6 +27,7 @@ from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.metric_names import eval_key
+from alignflow.models.decoding import cpu_decoding
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.merged_copy import MergedCopy, can_merge
 from alignflow.models.positions import prompt_token_budget
@@ -64,15 +65,18 @@ class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
         return self.model if self.merged_copy is None else self.merged_copy.refresh(self.model)
 
     def _generate_single_turn(self, *args: Any, **kwargs: Any):
-        """TRL's sampling, from the merged copy when there is one: TRL generates with the
-        model it unwraps from ``model_wrapped``, so the copy stands in for that one call."""
-        if self.merged_copy is None:
-            return super()._generate_single_turn(*args, **kwargs)
-        wrapped, self.model_wrapped = self.model_wrapped, self.sampling_model()
-        try:
-            return super()._generate_single_turn(*args, **kwargs)
-        finally:
-            self.model_wrapped = wrapped
+        """TRL's sampling, from the merged copy when there is one (TRL generates with the
+        model it unwraps from ``model_wrapped``, so the copy stands in for that one call),
+        with :func:`~alignflow.models.decoding.cpu_decoding` on a CPU."""
+        sampler = self.sampling_model()
+        with cpu_decoding(sampler):
+            if self.merged_copy is None:
+                return super()._generate_single_turn(*args, **kwargs)
+            wrapped, self.model_wrapped = self.model_wrapped, sampler
+            try:
+                return super()._generate_single_turn(*args, **kwargs)
+            finally:
+                self.model_wrapped = wrapped
 
 
 def load_attribute(path: str) -> Any:
