@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from alignflow.models.decoding import cpu_decoding, inverse_cdf_multinomial
+from alignflow.models.decoding import EAGER_PROMPT_TOKENS, cpu_decoding, inverse_cdf_multinomial
 
 
 def test_inverse_cdf_draws_follow_the_probabilities_unnormalised_weights_too():
@@ -44,14 +44,14 @@ def _tiny_lm(attention: str) -> LlamaForCausalLM:
 def test_the_context_swaps_sampling_and_attention_on_a_cpu_and_restores_them():
     model = _tiny_lm("sdpa")
     original = torch.multinomial
-    with cpu_decoding(model):
+    with cpu_decoding(model, prompt_tokens=3):
         assert torch.multinomial is inverse_cdf_multinomial
         assert model.config._attn_implementation == "eager"
         ids = model.generate(torch.tensor([[1, 2, 3]]), do_sample=True, max_new_tokens=4, pad_token_id=0)
     assert ids.shape == (1, 7)
     assert torch.multinomial is original and model.config._attn_implementation == "sdpa"
 
-    with pytest.raises(RuntimeError), cpu_decoding(model):
+    with pytest.raises(RuntimeError), cpu_decoding(model, prompt_tokens=3):
         raise RuntimeError("a failed generate")
     assert torch.multinomial is original and model.config._attn_implementation == "sdpa"
 
@@ -59,6 +59,13 @@ def test_the_context_swaps_sampling_and_attention_on_a_cpu_and_restores_them():
 def test_a_model_off_the_cpu_is_left_alone():
     with torch.device("meta"):
         model = _tiny_lm("sdpa")
-    with cpu_decoding(model):
+    with cpu_decoding(model, prompt_tokens=3):
         assert torch.multinomial is not inverse_cdf_multinomial
         assert model.config._attn_implementation == "sdpa"
+
+
+def test_long_prompts_keep_sdpa_and_still_sample_by_inverse_cdf():
+    model = _tiny_lm("sdpa")
+    with cpu_decoding(model, prompt_tokens=EAGER_PROMPT_TOKENS + 1):
+        assert model.config._attn_implementation == "sdpa"
+        assert torch.multinomial is inverse_cdf_multinomial
