@@ -73,7 +73,7 @@ class _LabelLogProbs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float
     ) -> tuple[torch.Tensor, ...]:
         ctx.set_materialize_grads(False)
@@ -84,7 +84,7 @@ class _LabelLogProbs(torch.autograd.Function):
         return scores["log_probs"], scores["entropy"], scores["mean_logits"], scores["is_top1"]
 
     @staticmethod
-    def backward(ctx: Any, grad_logp: Any, grad_entropy: Any, *_: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, grad_logp: Any, grad_entropy: Any, *_: Any) -> Any:
         dlogp, hidden, weight = ctx.saved_tensors
         grad = dlogp * grad_logp[:, None] if grad_logp is not None else torch.zeros_like(dlogp)
         if grad_entropy is not None:
