@@ -29,7 +29,6 @@ PEAK_GFLOPS = f"{COST}/peak_gflops"
 DEVICE_TAG = f"{COST}.device"  # the GPU's name or the CPU model the peak was measured on
 # what adds up over the stages of a run (a rate such as MFU does not)
 SUMMED = (WALL_SECONDS, CPU_SECONDS, GPU_SECONDS, TOKENS_TRAINED)
-FLOPS_PER_PARAMETER_TOKEN = 6  # forward 2 + backward 4 (Kaplan et al., 2020)
 PROBE_SECONDS = 0.5
 PRICED_GAIN = 0.01  # the improvement a price is quoted per
 
@@ -70,16 +69,47 @@ def timed(call: Callable[[], T]) -> tuple[T, dict[str, float]]:
     }
 
 
-def training_flops(parameters: int, tokens: int) -> float:
-    """FLOPs of training ``tokens`` through a model of ``parameters`` (all of them, embeddings
-    included): 6 per parameter per token. Generation (GRPO's rollouts) and reference-model
-    passes are not counted, so an RL stage's MFU understates what the hardware did."""
-    return float(FLOPS_PER_PARAMETER_TOKEN * parameters * tokens)
+def matmul_weights(model: Any) -> list[Any]:
+    """The weights a token is multiplied by: every linear layer's (LoRA's adapters and a tied
+    output head included, each tensor once). Embedding tables are looked up, not multiplied:
+    an encoder's vocabulary costs no FLOPs, a decoder's head does (it is a linear layer)."""
+    import torch
+
+    linear_types: tuple[type[torch.nn.Module], ...] = (torch.nn.Linear,)
+    try:
+        from transformers.pytorch_utils import Conv1D
+
+        linear_types += (Conv1D,)
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+    weights: dict[int, Any] = {}
+    for module in model.modules():
+        if isinstance(module, linear_types):
+            weights.setdefault(id(module.weight), module.weight)
+    return list(weights.values())
 
 
-def mfu(parameters: int, tokens: int, seconds: float, peak_flops: float) -> float:
+def flops_per_token(model: Any) -> float:
+    """Training FLOPs per token: 2 per multiplied weight forward, 2 more for the gradient of
+    the inputs when anything trains, and 2 more per trained weight for its own gradient.
+    Full fine-tuning gives the usual 6 per parameter, LoRA about 4, a frozen model 2."""
+    weights = matmul_weights(model)
+    multiplied = sum(w.numel() for w in weights)
+    trained = sum(w.numel() for w in weights if w.requires_grad)
+    anything_trains = any(p.requires_grad for p in model.parameters())
+    return float(2 * multiplied + (2 * multiplied if anything_trains else 0) + 2 * trained)
+
+
+def training_flops(per_token: float, tokens: int) -> float:
+    """FLOPs of training ``tokens`` at ``per_token`` (:func:`flops_per_token`). Generation
+    (GRPO's rollouts) and reference passes are not counted, so an RL stage's MFU understates
+    what the hardware did."""
+    return float(per_token * tokens)
+
+
+def mfu(per_token: float, tokens: int, seconds: float, peak_flops: float) -> float:
     """Model FLOPs utilisation: achieved training FLOP/s over the measured peak FLOP/s."""
-    return training_flops(parameters, tokens) / seconds / peak_flops
+    return training_flops(per_token, tokens) / seconds / peak_flops
 
 
 @functools.cache
@@ -152,10 +182,9 @@ def training_cost(trainer: Any, train_seconds: float) -> tuple[dict[str, float],
     device = str(trainer.args.device)
     devices = trainer.args.world_size * max(trainer.args.n_gpu, 1)
     peak = peak_gflops(compute_dtype(trainer), device) * devices
-    parameters = sum(p.numel() for p in trainer.model.parameters())
     figures = {TOKENS_TRAINED: float(tokens), PEAK_GFLOPS: peak}
     if train_seconds > 0:
-        figures[MFU] = mfu(parameters, tokens, train_seconds, peak * 1e9)
+        figures[MFU] = mfu(flops_per_token(trainer.model), tokens, train_seconds, peak * 1e9)
     return figures, {DEVICE_TAG: device_name(device)}
 
 

@@ -43,10 +43,44 @@ def test_no_gpu_seconds_without_cuda():
 
 
 def test_mfu_of_a_known_token_count_and_time_against_a_fixed_peak():
-    # 6 x 1M parameters x 10k tokens = 6e10 FLOPs in 2 s = 3e10 FLOP/s, of a 1e11 peak
-    assert cost.training_flops(1_000_000, 10_000) == 6e10
-    assert cost.mfu(1_000_000, 10_000, 2.0, 1e11) == pytest.approx(0.3)
-    assert cost.mfu(1_000_000, 10_000, 4.0, 1e11) == pytest.approx(0.15), "twice the time, half the MFU"
+    # 6e6 FLOPs a token x 10k tokens = 6e10 FLOPs in 2 s = 3e10 FLOP/s, of a 1e11 peak
+    assert cost.training_flops(6e6, 10_000) == 6e10
+    assert cost.mfu(6e6, 10_000, 2.0, 1e11) == pytest.approx(0.3)
+    assert cost.mfu(6e6, 10_000, 4.0, 1e11) == pytest.approx(0.15), "twice the time, half the MFU"
+
+
+class _Encoder(torch.nn.Module):
+    """A big vocabulary looked up, two small layers multiplied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10_000, 8)
+        self.body = torch.nn.Linear(8, 8, bias=False)
+        self.head = torch.nn.Linear(8, 1, bias=False)
+
+
+def test_flops_per_token_count_multiplied_weights_and_what_trains():
+    model = _Encoder()
+    multiplied = 8 * 8 + 8
+    # full training: forward 2 + input gradients 2 + weight gradients 2, the table not at all
+    # (counting it made a MiniLM reward stage report an MFU of 2.1)
+    assert cost.flops_per_token(model) == 6 * multiplied
+    model.body.weight.requires_grad_(False)  # only the head trains, as LoRA-like training does
+    assert cost.flops_per_token(model) == 4 * multiplied + 2 * 8
+    model.requires_grad_(False)
+    assert cost.flops_per_token(model) == 2 * multiplied, "a frozen model: the forward only"
+
+
+def test_a_tied_output_head_is_counted_once():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    layers = 16 * 16 * 4 + 16 * 32 * 3  # q, k, v, o (2 heads x 8 = 16) and the MLP
+    assert cost.flops_per_token(model) == 6 * (layers + 100 * 16)
 
 
 def test_the_peak_is_measured_once_per_process_and_is_positive():
@@ -80,7 +114,7 @@ def test_training_cost_prices_the_trainer_against_the_measured_peak():
     figures, tags = cost.training_cost(trainer(_total_train_tokens=1000), train_seconds=2.0)
     assert figures[cost.TOKENS_TRAINED] == 1000
     assert figures[cost.PEAK_GFLOPS] == cost.peak_gflops("float32", "cpu")
-    achieved = 6 * 110 * 1000 / 2.0  # a Linear(10, 10) has 110 parameters
+    achieved = 6 * 100 * 1000 / 2.0  # a Linear(10, 10) multiplies by 100 weights (the bias is an add)
     assert figures[cost.MFU] == pytest.approx(achieved / (figures[cost.PEAK_GFLOPS] * 1e9))
     assert tags[cost.DEVICE_TAG]
     assert cost.training_cost(trainer(), train_seconds=2.0) == ({}, {}), "nothing trained, nothing priced"
