@@ -8,7 +8,6 @@ texts alone; :func:`evaluate_policy` generates the completions first, and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from alignflow.evaluation.metrics import (
 )
 from alignflow.evaluation.policy_reward import RewardStats
 from alignflow.evaluation.report import EvalReport
-from alignflow.models.prompting import generate
+from alignflow.models.prompting import generate, text_key
 
 
 def _raw(scorer: Scorer) -> Scorer:
@@ -230,16 +229,12 @@ class RememberedAnswers:
         self._answers: dict[tuple[int, str], str] = {}
 
     def __call__(self, model: Any, tokenizer: Any, prompts: list[Any]) -> list[str]:
-        keys = [(id(model), _prompt_key(p)) for p in prompts]
+        keys = [(id(model), text_key(p)) for p in prompts]
         todo = {key: prompt for key, prompt in zip(keys, prompts, strict=True) if key not in self._answers}
         if todo:
             fresh = generate_answers(model, tokenizer, list(todo.values()), self.config)
             self._answers.update(zip(todo, fresh, strict=True))
         return [self._answers[key] for key in keys]
-
-
-def _prompt_key(prompt: Any) -> str:
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
 def evaluate_policy(
@@ -364,8 +359,11 @@ def evaluate_paths(
     config = config or EvaluationConfig()
     complete = RememberedAnswers(config)  # the eval split and the pinned set share prompts
     records = load_split(snapshot_dir, "eval")
-    scorer = load_reward_scorer(reward_dir) if reward_dir is not None else None
-    champion_scorer = load_reward_scorer(champion_reward_dir) if champion_reward_dir is not None else None
+    # each text is scored once: the metrics below ask for the same texts several times
+    scorer = load_reward_scorer(reward_dir, remember=True) if reward_dir is not None else None
+    champion_scorer = (
+        load_reward_scorer(champion_reward_dir, remember=True) if champion_reward_dir is not None else None
+    )
     report = EvalReport(info={"snapshot": str(snapshot_dir)})
     if scorer is not None:
         report = report.merge(evaluate_reward_on_held_out(scorer, records, config))

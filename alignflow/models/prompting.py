@@ -8,6 +8,7 @@ evaluated on a format it never trained on. Every stage therefore renders prompts
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -60,6 +61,11 @@ def format_prompt(tokenizer: Any, prompt: Prompt) -> str:
     if not isinstance(prompt, str):
         return "\n".join(f"{m['role']}: {m['content']}" for m in prompt) + "\nassistant: "
     return prompt + "\n"
+
+
+def text_key(text: Prompt) -> str:
+    """A prompt or completion, text or message list, as a dictionary key."""
+    return text if isinstance(text, str) else json.dumps(text, sort_keys=True)
 
 
 def completion_text(completion: str | list[dict[str, str]]) -> str:
