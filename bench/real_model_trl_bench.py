@@ -6,8 +6,10 @@ given its own best documented speed settings for a CPU: the reference's log-prob
 precomputed once (``precompute_ref_log_probs``), no activation checkpointing (memory
 allows), bf16 weights. Padding-free batches need FlashAttention, which a CPU lacks, and
 TRL's DPO rows have no length column for transformers' length-grouped sampler, so TRL
-draws random batches; alignflow's DPO stage groups pairs by length and caches the
-reference pass, as it always does.
+draws random batches; here alignflow's DPO stage draws them too (``group_by_length`` off,
+though it groups by default), so that with one seed both sides train on the same batches
+from the same LoRA initialisation and their held-out losses can be compared repeat by
+repeat. alignflow caches the reference pass, as it always does.
 
 - DPO: the shared HH-RLHF harmless-base pairs (what ``configs/smollm2-hh.yaml`` trains on),
   one epoch over exactly the rows trained (so a precomputed reference pass covers no row
@@ -108,6 +110,10 @@ def _alignflow_config(stage: str, config_file: str, seed: int):
     ]
     if stage == "dpo":
         overrides += [f"dpo.max_length={MAX_LENGTH}", "dpo.precompute_reference=true", f"dpo.beta={BETA}"]
+        # TRL's DPO rows cannot be length-grouped, so both sides draw the same random batches:
+        # with the same seed the two runs of a repeat see the same pairs in the same order, and
+        # their held-out losses differ by the implementations alone, not by the draw
+        overrides += ["dpo.group_by_length=false"]
     else:
         overrides += [
             f"grpo.max_completion_length={MAX_COMPLETION}",
@@ -152,7 +158,7 @@ def run_alignflow_dpo(root: Path, out: Path, seed: int) -> Path:
 
 
 def run_trl_dpo(root: Path, out: Path, seed: int) -> Path:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, set_seed
     from trl import DPOConfig, DPOTrainer
 
     from alignflow.data.pairing import load_pairs
@@ -160,6 +166,7 @@ def run_trl_dpo(root: Path, out: Path, seed: int) -> Path:
 
     path = smollm2_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
+    set_seed(seed)  # as alignflow's stage seeds before its trainer: the same LoRA initialisation
     args = DPOConfig(
         beta=BETA, max_length=MAX_LENGTH, precompute_ref_log_probs=True, **_trl_common(out, "dpo", seed)
     )
@@ -188,7 +195,7 @@ def run_alignflow_grpo(root: Path, out: Path, seed: int) -> Path:
 
 def run_trl_grpo(root: Path, out: Path, seed: int) -> Path:
     from datasets import Dataset
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, set_seed
     from trl import GRPOConfig, GRPOTrainer
 
     from alignflow.data.snapshot import load_split
@@ -196,6 +203,7 @@ def run_trl_grpo(root: Path, out: Path, seed: int) -> Path:
 
     path = smollm2_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
+    set_seed(seed)
     rows = [
         {"prompt": format_prompt(tokenizer, r["prompt"]), "answer": r["metadata"]["answer"]}
         for r in load_split(root / "math", "train")
@@ -428,6 +436,9 @@ def _markdown(r: dict[str, Any]) -> str:
             f"| {case['tokens_per_s']:.0f} | "
             f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['peak_rss_mb']:.0f} | {quality} |"
         )
+    lines += ["", "Held-out DPO loss by repeat (same seed, same batches both sides):", ""]
+    for repeat, (ours, theirs) in enumerate(paired_losses(r)):
+        lines.append(f"- repeat {repeat}: alignflow {ours:.4f}, TRL {theirs:.4f} ({ours - theirs:+.4f})")
     lines += ["", "Ratios alignflow/TRL (above 1: alignflow faster or larger):", ""]
     for key, value in r["ratios"].items():
         lines.append(f"- {key}: {value:.2f}x")
@@ -444,6 +455,13 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Wall: {r['wall_s']:.0f} s.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def paired_losses(r: dict[str, Any]) -> list[tuple[float, float]]:
+    """(alignflow, TRL) held-out DPO loss of each repeat: the two runs of a repeat share the
+    seed, the batches and the LoRA initialisation."""
+    ours, theirs = (r["cases"][f"dpo:{side}"]["runs"] for side in ("alignflow", "trl"))
+    return [(a["held_out_loss"], b["held_out_loss"]) for a, b in zip(ours, theirs, strict=True)]
 
 
 def abba_order(repeat: int) -> list[str]:
@@ -497,6 +515,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "load_average_1min_at_end": os.getloadavg()[0],
         "wall_s": time.perf_counter() - started,
     }
+    result["dpo_held_out_loss_max_difference"] = max(abs(a - b) for a, b in paired_losses(result))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
     return result
