@@ -53,7 +53,7 @@ def sampled_kl(
     totals: list[float] = []
     for start in range(0, len(prompts), batch_size):
         batch = prompt_batch(tokenizer, prompts[start : start + batch_size], budget).to(device)
-        with cpu_decoding(policy, batch["input_ids"].shape[1]):
+        with cpu_decoding(policy):
             ids = policy.generate(
                 **batch,
                 do_sample=True,

@@ -165,7 +165,7 @@ def generate(
                 {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
             )
             width = batch["input_ids"].shape[1]
-            with cpu_decoding(model, width):
+            with cpu_decoding(model):
                 ids = model.generate(
                     **batch,
                     max_new_tokens=max_new_tokens,

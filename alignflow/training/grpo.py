@@ -69,8 +69,7 @@ class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
         model it unwraps from ``model_wrapped``, so the copy stands in for that one call),
         with :func:`~alignflow.models.decoding.cpu_decoding` on a CPU."""
         sampler = self.sampling_model()
-        prompt_ids = kwargs.get("prompt_ids", args[0] if args else [])
-        with cpu_decoding(sampler, max((len(ids) for ids in prompt_ids), default=0)):
+        with cpu_decoding(sampler):
             if self.merged_copy is None:
                 return super()._generate_single_turn(*args, **kwargs)
             wrapped, self.model_wrapped = self.model_wrapped, sampler
