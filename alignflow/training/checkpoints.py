@@ -17,6 +17,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from alignflow.errors import InputError
 from alignflow.models.loading import first_few, non_finite_tensors
+from alignflow.models.lora_precision import compute_adapters_in_base_dtype
 
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
@@ -44,8 +45,11 @@ class StageTrainerMixin(_TrainerBase):
     ``class T(StageTrainerMixin, DPOTrainer)``.
     """
 
+    half_precision_adapters: int = 0  # LoRA layers computing in their bf16/fp16 base's dtype
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.half_precision_adapters = compute_adapters_in_base_dtype(self.model)
         if self.args.disable_tqdm:
             from transformers.trainer_callback import PrinterCallback
 
