@@ -7,9 +7,9 @@ head for each query head it serves (SmolLM2: 3 query heads per key/value head) a
 a long prompt's prefill as a full score matrix, slower than SDPA's there (16 x 400-token
 prompts + 40 greedy tokens: 9.1 s against SDPA's 8.8).
 
-:data:`CPU_DECODE_ATTENTION` takes the better of each: SDPA for the prefill (and anything
-longer than one query token), and for one query token plain matmuls over the key/value
-heads as they are stored, each serving its group of query heads without a copy.
+:data:`CPU_DECODE_ATTENTION` takes the better of each: plain matmuls over the key/value
+heads as they are stored, each serving its group of query heads without a copy, for every
+decoding step and for prefills up to :data:`MATMUL_PREFILL_TOKENS`; SDPA for longer ones.
 :func:`cpu_decoding` switches a model to it while it generates on a CPU; on other devices
 nothing changes.
 """
@@ -26,9 +26,16 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 CPU_DECODE_ATTENTION = "alignflow_cpu_decode"
+MATMUL_PREFILL_TOKENS = 256  # the longest prefill plain matmuls compute faster than SDPA here
 
 
-def grouped_decode_attention(
+def _causal(queries: int, keys: int) -> torch.Tensor:
+    """[queries, keys] bool: each query reads the keys up to its own position (the last
+    ``queries`` of the ``keys``)."""
+    return torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)
+
+
+def grouped_attention(
     module: Any,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -41,30 +48,36 @@ def grouped_decode_attention(
     """Attention for ``query`` [batch, heads, q, dim] over ``key``/``value`` [batch, kv heads,
     length, dim], output [batch, q, heads, dim] as transformers' attention functions return it.
 
-    One query token (a decoding step): the query heads that share a key/value head are
-    stacked as rows of one matmul against that head, softmax in fp32 as eager attention
-    does. Anything else goes to SDPA, with the mask SDPA's mask function built.
+    A decoding step, or a prefill up to :data:`MATMUL_PREFILL_TOKENS`: the query heads that
+    share a key/value head are stacked as rows of one matmul against it, softmax in fp32 as
+    eager attention does, masked positions at the dtype's minimum (a padding row reads
+    uniformly rather than NaN). Longer prefills go to SDPA, which wins there.
     """
-    if query.shape[2] != 1 or (module.training and dropout):
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if (module.training and dropout) or (q_len > 1 and kv_len > MATMUL_PREFILL_TOKENS):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
+    group = heads // kv_heads
     scale = dim**-0.5 if scaling is None else scaling
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # query head h reads kv head h // group
-    scores = torch.matmul(grouped, key.transpose(2, 3)) * scale
-    if attention_mask is not None:  # [batch, 1, 1, length]: bool (True reads) or additive
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
+    # query head h reads kv head h // group: its rows follow the group's other heads' rows
+    grouped = query.reshape(batch, kv_heads, group * q_len, dim)
+    scores = (torch.matmul(grouped, key.transpose(2, 3)) * scale).view(batch, kv_heads, group, q_len, kv_len)
+    mask = _causal(q_len, kv_len) if attention_mask is None and q_len > 1 else attention_mask
+    if mask is not None:  # SDPA's: [batch, 1, q, length] bool (True reads) or additive
+        mask = mask.unsqueeze(2) if mask.dim() == 4 else mask
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:
-            scores = scores + attention_mask
+            scores = scores + mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = torch.matmul(weights, value)  # [batch, kv heads, group, dim]
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+    out = torch.matmul(weights.view(batch, kv_heads, group * q_len, kv_len), value)
+    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(CPU_DECODE_ATTENTION, grouped_decode_attention)
+AttentionInterface.register(CPU_DECODE_ATTENTION, grouped_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_DECODE_ATTENTION, sdpa_mask)
 
 

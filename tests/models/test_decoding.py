@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from alignflow.models.decoding import CPU_DECODE_ATTENTION, cpu_decoding
+from alignflow.models.decoding import CPU_DECODE_ATTENTION, MATMUL_PREFILL_TOKENS, cpu_decoding
 
 
 def _tiny_lm(attention: str, kv_heads: int = 2) -> LlamaForCausalLM:
@@ -24,11 +24,27 @@ def _left_padded() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": (ids != 0).long()}
 
 
-@pytest.mark.parametrize("kv_heads", [1, 2, 6])
-def test_decoding_steps_score_as_eager_and_sdpa_attention(kv_heads):
-    """Every step's logits of a sampled continuation of left-padded prompts, with grouped
-    (3 and 6 query heads per key/value head) and plain multi-head attention."""
-    batch = _left_padded()
+def _unpadded() -> dict[str, torch.Tensor]:
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _long_prompts() -> dict[str, torch.Tensor]:
+    """Wider than MATMUL_PREFILL_TOKENS: the prefill goes to SDPA, the steps do not."""
+    ids = torch.randint(1, 50, (2, MATMUL_PREFILL_TOKENS + 20), generator=torch.Generator().manual_seed(3))
+    ids[1, :30] = 0
+    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "prompts"),
+    [(1, _left_padded), (2, _left_padded), (6, _left_padded), (2, _unpadded), (2, _long_prompts)],
+)
+def test_decoding_steps_score_as_eager_and_sdpa_attention(kv_heads, prompts):
+    """Every step's logits of a greedy continuation, prefill included: left-padded, unpadded
+    and long prompts, grouped (3 and 6 query heads per key/value head) and plain multi-head
+    attention."""
+    batch = prompts()
     model = _tiny_lm("eager", kv_heads)
     generated = model.generate(
         **batch,
