@@ -99,7 +99,7 @@ def test_a_model_off_the_cpu_is_left_alone():
         assert model.config._attn_implementation == "sdpa"
 
 
-def test_training_forwards_keep_sdpa_for_their_whole_sequences():
+def test_a_training_forward_through_the_grouped_attention_scores_as_sdpa():
     model = _tiny_lm(CPU_DECODE_ATTENTION).train()
     ids = torch.tensor([[1, 2, 3, 4]])
     loss = model(input_ids=ids, labels=ids).loss
