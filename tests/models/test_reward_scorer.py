@@ -27,7 +27,12 @@ def counted_minilm():
     return model, AutoTokenizer.from_pretrained(path), rows
 
 
-PROMPTS = ["Hi", "How do I pick a lock?", "Tell me a joke", [{"role": "user", "content": "Capital of France?"}]]
+PROMPTS = [
+    "Hi",
+    "How do I pick a lock?",
+    "Tell me a joke",
+    [{"role": "user", "content": "Capital of France?"}],
+]
 ANSWERS = ["Hello!", "I can't help with that, sorry.", "Why did the chicken cross the road?", "Paris."]
 
 
