@@ -36,6 +36,17 @@ def _long_prompts() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": (ids != 0).long()}
 
 
+def _greedy_with_logits(model: LlamaForCausalLM, batch: dict[str, torch.Tensor]):
+    return model.generate(
+        **batch,
+        do_sample=False,
+        max_new_tokens=6,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("kv_heads", "prompts"),
     [(1, _left_padded), (2, _left_padded), (6, _left_padded), (2, _unpadded), (2, _long_prompts)],
@@ -46,25 +57,11 @@ def test_decoding_steps_score_as_eager_and_sdpa_attention(kv_heads, prompts):
     attention."""
     batch = prompts()
     model = _tiny_lm("eager", kv_heads)
-    generated = model.generate(
-        **batch,
-        do_sample=False,
-        max_new_tokens=6,
-        pad_token_id=0,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+    generated = _greedy_with_logits(model, batch)
     eager = torch.stack(generated.logits)
     for attention in ("sdpa", CPU_DECODE_ATTENTION):
         model.set_attn_implementation(attention)
-        again = model.generate(
-            **batch,
-            do_sample=False,
-            max_new_tokens=6,
-            pad_token_id=0,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        again = _greedy_with_logits(model, batch)
         assert torch.equal(again.sequences, generated.sequences)
         assert torch.stack(again.logits) == pytest.approx(eager, abs=1e-5)
 
