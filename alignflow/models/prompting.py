@@ -157,15 +157,12 @@ def generate(
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
     outputs = [""] * len(prompts)
     order = longest_first(tokenizer, prompts)
+    sample_args = {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
     try:
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
-            sample_args = (
-                {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
-            )
-            width = batch["input_ids"].shape[1]
-            with cpu_decoding(model):
+        with cpu_decoding(model):
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
                 ids = model.generate(
                     **batch,
                     max_new_tokens=max_new_tokens,
@@ -173,9 +170,11 @@ def generate(
                     eos_token_id=tokenizer.eos_token_id,
                     **sample_args,
                 )
-            answers = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
-            for i, answer in zip(rows, answers, strict=True):
-                outputs[i] = answer
+                answers = tokenizer.batch_decode(
+                    ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True
+                )
+                for i, answer in zip(rows, answers, strict=True):
+                    outputs[i] = answer
     finally:
         model.train(was_training)
     return outputs

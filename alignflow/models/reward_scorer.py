@@ -242,8 +242,11 @@ class RewardScorer:
         if self._remembered is None:
             return self._forward(prompts, completions)
         keys = [(text_key(p), text_key(c)) for p, c in zip(prompts, completions, strict=True)]
-        todo = {key: (p, c) for key, p, c in zip(keys, prompts, completions, strict=True)}
-        todo = {key: row for key, row in todo.items() if key not in self._remembered}
+        todo = {
+            key: (p, c)
+            for key, p, c in zip(keys, prompts, completions, strict=True)
+            if key not in self._remembered
+        }
         if todo:
             fresh = self._forward([p for p, _ in todo.values()], [c for _, c in todo.values()])
             self._remembered.update(zip(todo, fresh, strict=True))
