@@ -33,6 +33,7 @@ from alignflow.models.merged_copy import MergedCopy, can_merge
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
+from alignflow.models.shared_prefill import sharing_prefills
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.grpo_config import GRPOConfig
@@ -67,16 +68,16 @@ class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
     def _generate_single_turn(self, *args: Any, **kwargs: Any):
         """TRL's sampling, from the merged copy when there is one (TRL generates with the
         model it unwraps from ``model_wrapped``, so the copy stands in for that one call),
-        with :func:`~alignflow.models.decoding.cpu_decoding` on a CPU."""
-        sampler = self.sampling_model()
-        with cpu_decoding(sampler):
-            if self.merged_copy is None:
+        each prompt of a group prefilled once (:mod:`alignflow.models.shared_prefill`), with
+        :func:`~alignflow.models.decoding.cpu_decoding` on a CPU."""
+        sampler, wrapped = self.sampling_model(), self.model_wrapped
+        if self.merged_copy is not None:
+            self.model_wrapped = sampler
+        try:
+            with cpu_decoding(sampler), sharing_prefills(self.accelerator.unwrap_model(self.model_wrapped)):
                 return super()._generate_single_turn(*args, **kwargs)
-            wrapped, self.model_wrapped = self.model_wrapped, sampler
-            try:
-                return super()._generate_single_turn(*args, **kwargs)
-            finally:
-                self.model_wrapped = wrapped
+        finally:
+            self.model_wrapped = wrapped
 
 
 def load_attribute(path: str) -> Any:

@@ -1,10 +1,13 @@
-"""GRPO with LoRA samples (training and held-out) from the merged copy, refreshed before each use."""
+"""GRPO with LoRA samples (training and held-out) from the merged copy, refreshed before each
+use, and prefills each prompt of a generation group once."""
 
 from __future__ import annotations
 
 import pytest
 
+from alignflow.models import shared_prefill
 from alignflow.models.merged_copy import MergedCopy
+from alignflow.training.grpo_config import GRPOConfig
 
 
 @pytest.mark.parametrize("merged", [True, False])
@@ -16,6 +19,14 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     refreshed = []
     real_refresh = MergedCopy.refresh
     monkeypatch.setattr(MergedCopy, "refresh", lambda self, m: refreshed.append(1) or real_refresh(self, m))
+    prefilled = []
+    real_prefill = shared_prefill.prefill
+
+    def counted_prefill(model, ids, mask):
+        prefilled.append(len(ids))
+        return real_prefill(model, ids, mask)
+
+    monkeypatch.setattr(shared_prefill, "prefill", counted_prefill)
     config = demo_config(
         "model.lora.enabled=true",
         "grpo.max_steps=3",
@@ -27,4 +38,7 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     assert result.metrics["global_step"] == 3
     # one generation per step at these settings, and the held-out reward before and after
     assert len(refreshed) == (3 + 2 if merged else 0)
+    # 16 rows a generation, 4 prompts x 4 completions: each prompt read once
+    grpo = config.section_as("grpo", GRPOConfig)
+    assert prefilled == [grpo.per_device_train_batch_size // grpo.num_generations] * 3
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
