@@ -69,35 +69,43 @@ def timed(call: Callable[[], T]) -> tuple[T, dict[str, float]]:
     }
 
 
-def matmul_weights(model: Any) -> list[Any]:
-    """The weights a token is multiplied by: every linear layer's (LoRA's adapters and a tied
-    output head included, each tensor once). Embedding tables are looked up, not multiplied:
-    an encoder's vocabulary costs no FLOPs, a decoder's head does (it is a linear layer)."""
+def _linear_types() -> tuple[type, ...]:
     import torch
 
-    linear_types: tuple[type[torch.nn.Module], ...] = (torch.nn.Linear,)
     try:
         from transformers.pytorch_utils import Conv1D
-
-        linear_types += (Conv1D,)
     except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
-    weights: dict[int, Any] = {}
+        return (torch.nn.Linear,)
+    return (torch.nn.Linear, Conv1D)
+
+
+def matmul_weights(model: Any) -> list[tuple[Any, bool]]:
+    """The weights a token is multiplied by, in the order the model registers them (its
+    forward order for transformers' models): every linear layer's (LoRA's adapters and a tied
+    output head included, each tensor once), each with whether a gradient reaches its input,
+    i.e. whether something that trains was registered before it. Embedding tables are looked
+    up, not multiplied: an encoder's vocabulary costs no FLOPs, a decoder's head does."""
+    linear_types = _linear_types()
+    weights: dict[int, tuple[Any, bool]] = {}
+    trains_below = False
     for module in model.modules():
         if isinstance(module, linear_types):
-            weights.setdefault(id(module.weight), module.weight)
+            weights.setdefault(id(module.weight), (module.weight, trains_below))
+        trains_below = trains_below or any(p.requires_grad for p in module.parameters(recurse=False))
     return list(weights.values())
 
 
 def flops_per_token(model: Any) -> float:
     """Training FLOPs per token: 2 per multiplied weight forward, 2 more for the gradient of
-    the inputs when anything trains, and 2 more per trained weight for its own gradient.
-    Full fine-tuning gives the usual 6 per parameter, LoRA about 4, a frozen model 2."""
+    its input where a gradient reaches it (not below the lowest layer that trains: a reward
+    model with frozen lower layers sends none down them), and 2 more per trained weight for
+    its own gradient. Full fine-tuning gives the usual 6 per parameter, LoRA about 4, a
+    frozen model 2."""
     weights = matmul_weights(model)
-    multiplied = sum(w.numel() for w in weights)
-    trained = sum(w.numel() for w in weights if w.requires_grad)
-    anything_trains = any(p.requires_grad for p in model.parameters())
-    return float(2 * multiplied + (2 * multiplied if anything_trains else 0) + 2 * trained)
+    multiplied = sum(w.numel() for w, _ in weights)
+    backpropagated = sum(w.numel() for w, graded in weights if graded)
+    trained = sum(w.numel() for w, _ in weights if w.requires_grad)
+    return float(2 * multiplied + 2 * backpropagated + 2 * trained)
 
 
 def training_flops(per_token: float, tokens: int) -> float:

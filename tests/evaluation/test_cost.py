@@ -71,6 +71,18 @@ def test_flops_per_token_count_multiplied_weights_and_what_trains():
     assert cost.flops_per_token(model) == 2 * multiplied, "a frozen model: the forward only"
 
 
+def test_no_input_gradient_is_counted_below_the_lowest_layer_that_trains():
+    """Frozen lower layers (the reward stage's ``freeze_layers``) pass no gradient down: only
+    the layers above the lowest trained one compute the gradient of their input."""
+    model = _Encoder()
+    model.embed.requires_grad_(False)
+    model.body.requires_grad_(False)
+    # the head trains; nothing below it does, so not even the head's input needs a gradient
+    assert cost.flops_per_token(model) == 2 * (8 * 8 + 8) + 2 * 8
+    model.body.requires_grad_(True)
+    assert cost.flops_per_token(model) == 2 * (8 * 8 + 8) + 2 * 8 + 2 * (8 * 8 + 8)
+
+
 def test_a_tied_output_head_is_counted_once():
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -114,7 +126,9 @@ def test_training_cost_prices_the_trainer_against_the_measured_peak():
     figures, tags = cost.training_cost(trainer(_total_train_tokens=1000), train_seconds=2.0)
     assert figures[cost.TOKENS_TRAINED] == 1000
     assert figures[cost.PEAK_GFLOPS] == cost.peak_gflops("float32", "cpu")
-    achieved = 6 * 100 * 1000 / 2.0  # a Linear(10, 10) multiplies by 100 weights (the bias is an add)
+    # a Linear(10, 10) multiplies by 100 weights (the bias is an add): forward and its weights'
+    # gradient; its input is the data, which needs no gradient
+    achieved = 4 * 100 * 1000 / 2.0
     assert figures[cost.MFU] == pytest.approx(achieved / (figures[cost.PEAK_GFLOPS] * 1e9))
     assert tags[cost.DEVICE_TAG]
     assert cost.training_cost(trainer(), train_seconds=2.0) == ({}, {}), "nothing trained, nothing priced"
