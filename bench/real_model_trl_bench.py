@@ -1,10 +1,12 @@
 """DPO and GRPO on SmolLM2-135M-Instruct: alignflow's stages against TRL's trainers, tuned.
 
-Both sides train the same real model the same way: bf16 weights with LoRA adapters (r 16,
+Both sides train the same real model the same way: weights in the dtype alignflow's
+``model.dtype: fastest`` picks on this machine (bf16 where the CPU has bf16 matrix units,
+fp32 where torch would emulate bf16 several times slower than fp32), LoRA adapters (r 16,
 every linear layer), the same rows, steps, batch, learning rate, seed and lengths. TRL is
 given its own best documented speed settings for a CPU: the reference's log-probs
 precomputed once (``precompute_ref_log_probs``), no activation checkpointing (memory
-allows), bf16 weights. Padding-free batches need FlashAttention, which a CPU lacks, and
+allows), weights in that same dtype. Padding-free batches need FlashAttention, which a CPU lacks, and
 TRL's DPO rows have no length column for transformers' length-grouped sampler, so TRL
 draws random batches; here alignflow's DPO stage draws them too (``group_by_length`` off,
 though it groups by default), so that with one seed both sides train on the same batches
@@ -21,7 +23,7 @@ repeat. alignflow caches the reference pass, as it always does.
   in ``num_tokens``), the run's mean reward and the trained model's greedy reward on 40
   held-out problems, MFU over the loop's tokens and time (generation included).
 
-MFU reads model FLOPs against this machine's bf16 GEMM peak, measured in the same run
+MFU reads model FLOPs against this machine's GEMM peak in that dtype, measured in the same run
 (``bench.real_model_bench.gemm_peak_gflops``): 4 N per trained token for a frozen base with
 adapters (forward and input gradients, no weight gradients), N the model's parameters.
 
@@ -89,6 +91,14 @@ def prepare(root: Path) -> None:
     write_split(root / "math", "eval", prompts[160:])
 
 
+def weights_dtype() -> Any:
+    """The dtype alignflow's SmolLM2 configs train in here (``model.dtype: fastest``)."""
+    from alignflow.config import load_config
+    from alignflow.models.factory import select_dtype
+
+    return select_dtype(load_config(REPO / "configs" / "smollm2-hh.yaml").model)
+
+
 def smollm2_path() -> str:
     from alignflow.models.factory import resolve_model_source
     from alignflow.models.model_config import SMOLLM2
@@ -125,6 +135,7 @@ def _alignflow_config(stage: str, config_file: str, seed: int):
 def _trl_common(out: Path, stage: str, seed: int) -> dict[str, Any]:
     import torch
 
+    dtype = weights_dtype()
     return {
         "output_dir": str(out),
         "max_steps": STEPS[stage],
@@ -134,9 +145,9 @@ def _trl_common(out: Path, stage: str, seed: int) -> dict[str, Any]:
         "report_to": [],
         "save_strategy": "no",
         "use_cpu": not torch.cuda.is_available(),
-        "bf16": True,
+        "bf16": dtype == torch.bfloat16,
         "gradient_checkpointing": False,
-        "model_init_kwargs": {"dtype": torch.bfloat16},
+        "model_init_kwargs": {"dtype": dtype},
     }
 
 
@@ -256,8 +267,8 @@ def held_out_dpo_loss(trained: Path, root: Path, out: Path) -> float:
     tokenizer = AutoTokenizer.from_pretrained(start)
     pairs = pair_dataset(load_pairs(root / "hh", "eval"), tokenizer)
     trainer = DPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(trained, dtype=torch.bfloat16),
-        ref_model=AutoModelForCausalLM.from_pretrained(start, dtype=torch.bfloat16),
+        model=AutoModelForCausalLM.from_pretrained(trained, dtype=weights_dtype()),
+        ref_model=AutoModelForCausalLM.from_pretrained(start, dtype=weights_dtype()),
         args=DPOConfig(
             output_dir=str(out / "held-out"),
             beta=BETA,
@@ -265,7 +276,7 @@ def held_out_dpo_loss(trained: Path, root: Path, out: Path) -> float:
             report_to=[],
             use_cpu=True,
             per_device_eval_batch_size=BATCH["dpo"],
-            bf16=True,
+            bf16=weights_dtype() == torch.bfloat16,
         ),
         train_dataset=pairs,
         eval_dataset=pairs,
@@ -285,7 +296,7 @@ def held_out_reward(trained: Path, root: Path) -> float:
     from alignflow.models.prompting import format_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(trained, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(trained, dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(trained, dtype=weights_dtype()).eval()
     rows = load_split(root / "math", "eval")
     prompts = [format_prompt(tokenizer, r["prompt"]) for r in rows]
     batch = tokenizer(prompts, return_tensors="pt", padding=True)
@@ -414,9 +425,9 @@ def _markdown(r: dict[str, Any]) -> str:
         "# DPO and GRPO on SmolLM2-135M-Instruct: alignflow vs TRL (tuned)",
         "",
         f"Machine: {r['machine']} ({r['cpu']}); {r['threads']} threads; "
-        f"bf16 GEMM peak {r['bf16_peak_gflops']:.0f} GFLOP/s "
-        f"(measured in this run). {r['parameters'] / 1e6:.1f}M parameters; bf16 weights + LoRA r16 on every "
-        f"linear layer, both sides. Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
+        f"{r['dtype']} GEMM peak {r['peak_gflops']:.0f} GFLOP/s "
+        f"(measured in this run). {r['parameters'] / 1e6:.1f}M parameters; {r['dtype']} weights + LoRA r16 "
+        f"on every linear layer, both sides. Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
         "",
         "| case | steps | rows/s (train loop, after step 1; min-max) | tokens/s | rows/s (whole call) "
         "| MFU | peak RSS MB "
@@ -480,7 +491,8 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     from bench.real_model_bench import gemm_peak_gflops
 
     started = time.perf_counter()
-    peak = gemm_peak_gflops(torch.bfloat16)
+    dtype = weights_dtype()
+    peak = gemm_peak_gflops(dtype)
     with tempfile.TemporaryDirectory(prefix="alignflow-trl-bench-") as tmp:
         root = Path(tmp)
         prepare(root)
@@ -504,7 +516,8 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "threads": torch.get_num_threads(),
         "parameters": n_params,
-        "bf16_peak_gflops": peak,
+        "dtype": str(dtype).removeprefix("torch."),
+        "peak_gflops": peak,
         "repeats": repeats,
         "cases": cases,
         "ratios": ratios,
