@@ -69,7 +69,7 @@ def timed(call: Callable[[], T]) -> tuple[T, dict[str, float]]:
     }
 
 
-def _linear_types() -> tuple[type, ...]:
+def _linear_types() -> tuple[Any, ...]:
     import torch
 
     try:
