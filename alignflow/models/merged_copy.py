@@ -47,12 +47,26 @@ def can_merge(model: Any) -> bool:
     return bool(layers) and not any(getattr(m, "use_dora", {}).get(m.active_adapters[0]) for m in layers)
 
 
+def drop_patched_forwards(model: Any) -> int:
+    """Give every module of ``model`` its class's ``forward`` back; how many were patched.
+
+    A trainer patches the policy's forward in place (TRL's fused log-prob head, alignflow's
+    label head), as a closure over the policy's own forward: a deep copy keeps the closure, so
+    the copy's forward ran the policy's modules, LoRA layers and all, and sampling from the
+    copy never used its merged weights. Sampling needs only the plain forward."""
+    patched = [module for module in model.modules() if "forward" in vars(module)]
+    for module in patched:
+        del module.forward
+    return len(patched)
+
+
 class MergedCopy:
     """``W + delta`` of a LoRA model in a separate plain model; :meth:`refresh` re-folds the
     adapters' current values in, leaving the LoRA model untouched."""
 
     def __init__(self, peft_model: Any) -> None:
         self.model = copy.deepcopy(peft_model).merge_and_unload()
+        drop_patched_forwards(self.model)
         self.model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)

@@ -1,16 +1,21 @@
-"""A LoRA policy's merged copy answers as the policy does, follows its updates, and leaves it alone."""
+"""A LoRA policy's merged copy answers as the policy does, follows its updates, and leaves it
+alone; it computes with its own weights even where a trainer patched the policy's forward."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from trl.trainer.utils import add_fused_lm_head
 
 from alignflow.models import load_causal_lm
 from alignflow.models.merged_copy import MergedCopy, can_merge
 
 
-def lora_policy(model_dir, **lora):
+def lora_policy(model_dir, fused_head: bool = False, **lora):
     model, tokenizer = load_causal_lm(model_dir)
+    if fused_head:  # as TRL's trainers patch the model before wrapping it with PEFT
+        add_fused_lm_head(model)
     config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM", **lora)
     policy = get_peft_model(model, config)
     move_adapters(policy, seed=0)
@@ -31,8 +36,11 @@ def logits(model, ids):
         return model(input_ids=ids).logits
 
 
-def test_the_copy_gives_the_policys_logits_and_follows_each_update(tiny_model_dir):
-    policy, tokenizer = lora_policy(tiny_model_dir)
+@pytest.mark.parametrize("fused_head", [False, True], ids=["plain", "trl-patched-forward"])
+def test_the_copy_gives_the_policys_logits_and_follows_each_update(tiny_model_dir, fused_head):
+    """With TRL's fused head patched onto the policy, a copied forward would still run the
+    policy's own modules (the patch closes over them): the copy drops it."""
+    policy, tokenizer = lora_policy(tiny_model_dir, fused_head)
     ids = tokenizer(["What is 3 plus 4? The answer is 7."], return_tensors="pt").input_ids
     base = {n: p.clone() for n, p in policy.named_parameters() if "lora_" not in n}
     copy = MergedCopy(policy)
@@ -44,6 +52,12 @@ def test_the_copy_gives_the_policys_logits_and_follows_each_update(tiny_model_di
     assert torch.allclose(logits(copy.refresh(policy), ids), logits(policy, ids), atol=1e-4)
     assert all(torch.equal(p, base[n]) for n, p in policy.named_parameters() if "lora_" not in n)
     assert not any(p.requires_grad for p in copy.model.parameters())
+
+    ran = []
+    for module in policy.modules():
+        module.register_forward_pre_hook(lambda *_: ran.append(1))
+    copy.model.generate(ids, max_new_tokens=3, do_sample=False)
+    assert not ran, "sampling from the copy ran the policy's modules"
 
 
 def test_only_plain_adapters_are_merged(tiny_model_dir):
