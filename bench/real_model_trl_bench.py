@@ -35,6 +35,7 @@ Run: ``python -m bench real_model_trl`` (writes bench/results/real_model_trl.{js
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -91,8 +92,10 @@ def prepare(root: Path) -> None:
     write_split(root / "math", "eval", prompts[160:])
 
 
+@functools.cache
 def weights_dtype() -> Any:
-    """The dtype alignflow's SmolLM2 configs train in here (``model.dtype: fastest``)."""
+    """The dtype alignflow's SmolLM2 configs train in here (``model.dtype: fastest``); the
+    config is read once per process, not at every model load."""
     from alignflow.config import load_config
     from alignflow.models.factory import select_dtype
 
