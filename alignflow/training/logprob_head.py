@@ -15,6 +15,7 @@ import types
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakTensorKeyDictionary
 
 TOKENS_PER_CHUNK = 64  # a [64, vocab] fp32 block (12.6 MB at 49k) stays in the L3 cache: 256 ran ~3x slower
 
@@ -28,6 +29,24 @@ LOGIT_TRANSFORMS = (
     "logits_scaling",
 )
 EXTRAS = ("entropy", "mean_logits", "is_top1")  # what this head adds to the log-probs (TRL's names)
+
+# frozen head weight -> ((its version, its address), its fp32 copy): a bf16 SmolLM2 head is 113 MB in fp32,
+# which every forward (policy and reference alike) would otherwise allocate and convert again
+_FP32_WEIGHTS: Any = WeakTensorKeyDictionary()
+
+
+def _fp32_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` in fp32, converted once while it stays unchanged (an in-place update bumps its
+    version, new ``.data`` moves its pointer); a weight that trains is converted on each call,
+    inside the graph."""
+    if weight.dtype == torch.float32 or weight.requires_grad:
+        return weight.float()
+    stamp = (weight._version, weight.data_ptr())
+    cached_stamp, copy = _FP32_WEIGHTS.get(weight, (None, None))
+    if cached_stamp != stamp or copy is None:
+        copy = weight.float()
+        _FP32_WEIGHTS[weight] = (stamp, copy)
+    return copy
 
 
 def _chunk_logits(rows: torch.Tensor, weight32: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -43,7 +62,7 @@ def _score_chunks(
 ) -> dict[str, torch.Tensor]:
     """Per row: log-prob of its label, entropy, mean logit, whether the label is the top token,
     and (``with_grad``) ``d logp / dh = (onehot(y) - p) @ W / T``."""
-    weight32 = weight.float()
+    weight32 = _fp32_weight(weight)
     parts: dict[str, list[torch.Tensor]] = {"log_probs": [], "dlogp": [], **{name: [] for name in EXTRAS}}
     for rows, targets in zip(hidden.split(TOKENS_PER_CHUNK), labels.split(TOKENS_PER_CHUNK), strict=True):
         logits = _chunk_logits(rows, weight32, temperature)
@@ -94,7 +113,7 @@ class _LabelLogProbs(torch.autograd.Function):
 
 def _entropy_input_grad(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
     """d H / dh = -sum_v p_v (log p_v + H) W_v / T, chunk by chunk."""
-    weight32, parts = weight.float(), []
+    weight32, parts = _fp32_weight(weight), []
     for rows in hidden.split(TOKENS_PER_CHUNK):
         log_softmax = torch.log_softmax(_chunk_logits(rows, weight32, temperature), dim=-1)
         probs = log_softmax.exp()
@@ -157,6 +176,7 @@ def install_label_head(
             or kwargs.get("output_router_logits")
         ):
             return trl_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
+        self.label_head_calls = getattr(self, "label_head_calls", 0) + 1
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("shift_labels", None)
         kwargs["use_cache"] = False
@@ -180,6 +200,7 @@ class LabelHeadMixin:
     label_head: bool = False
     model: Any
     ref_model: Any
+    _label_head_model: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -188,6 +209,12 @@ class LabelHeadMixin:
         temperature = float(getattr(self, "temperature", 1.0))
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self.label_head = install_label_head(base, temperature, outputs=("log_probs", *EXTRAS))
+        self._label_head_model = base
         reference = getattr(self, "ref_model", None)
         if reference is not None:
             install_label_head(reference, temperature, outputs=("log_probs", *EXTRAS))
+
+    @property
+    def label_head_calls(self) -> int:
+        """Forwards of the policy that this head scored (0 where TRL's head ran them all)."""
+        return int(getattr(self._label_head_model, "label_head_calls", 0))

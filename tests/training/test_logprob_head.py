@@ -123,3 +123,24 @@ def test_the_gradient_of_a_confident_token_keeps_its_precision_in_bf16():
     error = (rows.grad.double() - exact).norm(dim=1) / exact.norm(dim=1)
     # fp32 logits themselves leave a few % on the most confident rows (TRL's head too)
     assert error[confident].median() < 0.01 and error[confident].max() < 0.1
+
+
+def test_a_frozen_bf16_head_is_converted_to_fp32_once_and_again_after_it_changes():
+    torch.manual_seed(0)
+    weight = torch.randn(300, 32).to(torch.bfloat16)
+    hidden, labels = torch.randn(6, 32).to(torch.bfloat16), torch.randint(0, 300, (6,))
+    first = logprob_head._fp32_weight(weight)
+    assert logprob_head._fp32_weight(weight) is first  # no second 4-byte copy per forward
+    before = label_logprobs(hidden, weight, labels)["log_probs"]
+
+    weight.mul_(2.0)  # an in-place update (a merged adapter, a loaded state dict)
+    after = label_logprobs(hidden, weight, labels)["log_probs"]
+    expected = torch.log_softmax(hidden.float() @ weight.float().T, -1).gather(1, labels[:, None])[:, 0]
+    torch.testing.assert_close(after, expected)
+    assert not torch.allclose(after, before)
+
+    weight.data = torch.randn(300, 32).to(torch.bfloat16)  # new storage, same tensor
+    torch.testing.assert_close(logprob_head._fp32_weight(weight), weight.float())
+
+    trained = torch.nn.Parameter(weight.clone())  # a head that trains keeps its graph
+    assert logprob_head._fp32_weight(trained).grad_fn is not None
