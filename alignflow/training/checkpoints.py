@@ -55,6 +55,15 @@ class StageTrainerMixin(_TrainerBase):
 
             self.remove_callback(PrinterCallback)
 
+    def compute_paths(self) -> dict[str, str]:
+        """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs
+        that differ in speed can be told apart in the MLflow UI."""
+        calls = int(getattr(self, "label_head_calls", 0))
+        return {
+            "compute.label_head": f"on ({calls} forwards)" if calls else "off",
+            "compute.half_precision_adapters": str(self.half_precision_adapters),
+        }
+
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         """Log, then stop on a non-finite training loss: later steps only spread the NaN, and
         transformers' own filter would have logged an average of earlier losses instead."""

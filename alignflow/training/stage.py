@@ -198,9 +198,11 @@ def train_and_finish(
 
 def trained_cost(trainer: Any, output: Any) -> dict[str, float]:
     """What the trainer's ``train()`` ran (:func:`~alignflow.evaluation.cost.training_cost`),
-    its MFU over the seconds that call took; its device's name tagged on the active run."""
+    its MFU over the seconds that call took; its device's name and the faster paths it took
+    tagged on the active run."""
     figures, tags = training_cost(trainer, float(output.metrics.get("train_runtime", 0.0)))
-    tracking.set_tags(tags)
+    paths = getattr(trainer, "compute_paths", None)
+    tracking.set_tags({**tags, **(paths() if paths else {})})
     return figures
 
 

@@ -1,5 +1,5 @@
 """GRPO with LoRA samples (training and held-out) from the merged copy, refreshed before each
-use, and prefills each prompt of a generation group once."""
+use, prefills each prompt of a generation group once, and tags the faster paths it took."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from alignflow.models import shared_prefill
 from alignflow.models.merged_copy import MergedCopy
+from alignflow.training import stage
 from alignflow.training.grpo_config import GRPOConfig
 
 
@@ -27,6 +28,8 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
         return real_prefill(model, ids, mask)
 
     monkeypatch.setattr(shared_prefill, "prefill", counted_prefill)
+    tags: dict[str, str] = {}
+    monkeypatch.setattr(stage.tracking, "set_tags", tags.update)
     config = demo_config(
         "model.lora.enabled=true",
         "grpo.max_steps=3",
@@ -42,3 +45,5 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     grpo = config.section_as("grpo", GRPOConfig)
     assert prefilled == [grpo.per_device_train_batch_size // grpo.num_generations] * 3
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
+    # the run says which faster paths it took: the frozen head of a LoRA policy scored the labels
+    assert tags["compute.label_head"].startswith("on (") and tags["compute.half_precision_adapters"] == "0"
