@@ -39,11 +39,11 @@ def _fp32_weight(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` in fp32, converted once while it stays unchanged (an in-place update bumps its
     version, new ``.data`` moves its pointer); a weight that trains is converted on each call,
     inside the graph."""
-    if weight.dtype == torch.float32 or weight.requires_grad:
-        return weight.float()
+    if weight.dtype == torch.float32 or weight.requires_grad or weight.is_inference():
+        return weight.float()  # (an inference tensor keeps no version to check)
     stamp = (weight._version, weight.data_ptr())
     cached_stamp, copy = _FP32_WEIGHTS.get(weight, (None, None))
-    if cached_stamp != stamp or copy is None:
+    if cached_stamp != stamp:
         copy = weight.float()
         _FP32_WEIGHTS[weight] = (stamp, copy)
     return copy
