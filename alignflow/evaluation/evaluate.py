@@ -330,7 +330,7 @@ def rl_start_model(
         return None
     if Path(rl_start_dir).resolve() == Path(reference_dir).resolve():
         return reference
-    return load_causal_lm(rl_start_dir, dtype)[0]
+    return load_causal_lm(rl_start_dir, dtype, merge_lora=True)[0]
 
 
 def evaluate_paths(
@@ -348,7 +348,9 @@ def evaluate_paths(
     """The pipeline's evaluation in one call: models by path; the snapshot's eval split and,
     when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``).
     ``dtype`` loads every policy in it (the run's ``model.dtype``), so policy, reference and
-    champion generate alike; None keeps each model's saved dtype. ``rl_start_dir``: the model
+    champion generate alike; None keeps each model's saved dtype. A LoRA folder loads with its
+    adapters folded into its weights: the same answers, decoded at the base model's speed.
+    ``rl_start_dir``: the model
     the RL stage started from, judged on the pinned set beside the reference (the reference
     itself when it is the same folder)."""
     from alignflow.data.snapshot import load_split
@@ -374,9 +376,9 @@ def evaluate_paths(
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
-        model, tokenizer = policy = load_causal_lm(policy_dir, dtype)
-        reference, _ = load_causal_lm(reference_dir, dtype)
-        champion = load_causal_lm(champion_dir, dtype) if champion_dir is not None else None
+        model, tokenizer = policy = load_causal_lm(policy_dir, dtype, merge_lora=True)
+        reference, _ = load_causal_lm(reference_dir, dtype, merge_lora=True)
+        champion = load_causal_lm(champion_dir, dtype, merge_lora=True) if champion_dir is not None else None
         rl_start = rl_start_model(rl_start_dir, reference_dir, reference, dtype)
         report = report.merge(
             evaluate_policy(model, tokenizer, reference, records, scorer, champion, config, complete)

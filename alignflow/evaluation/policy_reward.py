@@ -55,7 +55,7 @@ def policy_reward(
 
     if not prompts:
         raise ValueError("no held-out prompts to measure the policy's reward on")
-    model, tokenizer = load_causal_lm(policy_dir)
+    model, tokenizer = load_causal_lm(policy_dir, merge_lora=True)
     if device is not None:  # where the policy trained, so the measure runs there too
         model = model.to(device)
     completions = generate(

@@ -103,18 +103,26 @@ def init_tiny_model(tokenizer: Any, output_dir: str | Path, spec: ModelSpec | No
     return output_dir
 
 
-def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None):
+def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None, merge_lora: bool = False):
     """Load a saved causal LM and its tokenizer (safetensors only, never pickles).
 
     A folder that is not a whole causal LM (a reward model, broken weights) raises
     :class:`~alignflow.models.loading.ModelLoadError` rather than loading with a random head.
+    ``merge_lora``: a folder of LoRA adapters comes back as a plain model with the adapters
+    folded into its weights (for inference: PEFT's layers cost two extra matmuls and
+    fp32 casts per layer and token; see :mod:`~alignflow.models.merged_copy`).
     """
     tokenizer = load_tokenizer(path)
     if (Path(path) / "adapter_config.json").exists():  # a PEFT adapter saved by a (Q)LoRA stage
         from peft import AutoPeftModelForCausalLM
 
+        from alignflow.models.merged_copy import foldable_adapters
+
         model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
-        return require_tokenizer_fits(require_finite_weights(model, path), tokenizer, path), tokenizer
+        model = require_finite_weights(model, path)
+        if merge_lora and foldable_adapters(model):
+            model = model.merge_and_unload()
+        return require_tokenizer_fits(model, tokenizer, path), tokenizer
     model = load_pretrained(
         AutoModelForCausalLM, path, "causal LM", CLASSIFIER_ARCHITECTURES, dtype=dtype, use_safetensors=True
     )

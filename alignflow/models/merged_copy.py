@@ -47,6 +47,20 @@ def can_merge(model: Any) -> bool:
     return bool(layers) and not any(getattr(m, "use_dora", {}).get(m.active_adapters[0]) for m in layers)
 
 
+def foldable_adapters(model: Any) -> bool:
+    """Whether a loaded PEFT model's adapters fold exactly into its weights with PEFT's
+    ``merge_and_unload``: LoRA of any flavour (DoRA and trained whole modules included) over
+    a base that is not quantised. Unlike :func:`can_merge` this asks nothing of training: a
+    loaded adapter trains nothing, and a one-time fold need not be refreshed."""
+    configs = getattr(model, "peft_config", None) or {}
+    quantised = any(getattr(model, f"is_loaded_in_{bits}bit", False) for bits in (4, 8))
+    return (
+        bool(configs)
+        and not quantised
+        and all(getattr(c, "peft_type", None) == "LORA" for c in configs.values())  # a str enum
+    )
+
+
 def drop_patched_forwards(model: Any) -> int:
     """Give every module of ``model`` its class's ``forward`` back; how many were patched.
 

@@ -402,7 +402,7 @@ class PolicyPool:
             model, tokenizer = source
         else:
             path = source if source is not None else self._download(key)
-            model, tokenizer = load_causal_lm(path)
+            model, tokenizer = load_causal_lm(path, merge_lora=True)
         device = self.device or _default_device()
         model.to(device)
         model.eval()

@@ -66,3 +66,27 @@ def test_only_plain_adapters_are_merged(tiny_model_dir):
     assert can_merge(lora_policy(tiny_model_dir)[0])
     # a trained head beside the adapters is not in the merged weights: sampling would ignore it
     assert not can_merge(lora_policy(tiny_model_dir, modules_to_save=["lm_head"])[0])
+
+
+FLAVOURS = {"lora": {}, "dora": {"use_dora": True}, "trained-head": {"modules_to_save": ["lm_head"]}}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS.values(), ids=FLAVOURS.keys())
+def test_a_saved_adapter_loads_folded_into_a_plain_model_alike(tiny_model_dir, tmp_path, flavour):
+    """``merge_lora`` gives a plain model (no PEFT layers left to slow decoding) whose logits
+    are the adapter's, for each flavour of LoRA a stage saves; without it the adapter stays."""
+    policy, tokenizer = lora_policy(tiny_model_dir, **flavour)
+    if "modules_to_save" in flavour:  # the trained copy of the head differs from the base's
+        with torch.no_grad():
+            policy.base_model.model.lm_head.modules_to_save["default"].weight.mul_(1.5)
+    policy.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ids = tokenizer(["What is 3 plus 4? The answer is 7."], return_tensors="pt").input_ids
+
+    as_adapter, _ = load_causal_lm(tmp_path)
+    folded, _ = load_causal_lm(tmp_path, merge_lora=True)
+    assert hasattr(as_adapter, "peft_config")
+    assert not hasattr(folded, "peft_config")
+    assert not any("lora_" in name for name, _ in folded.named_parameters())
+    assert torch.allclose(logits(folded, ids), logits(as_adapter, ids), atol=1e-4)
+    assert not torch.allclose(logits(folded, ids), logits(load_causal_lm(tiny_model_dir)[0], ids), atol=1e-2)
