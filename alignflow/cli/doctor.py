@@ -253,7 +253,7 @@ def check_training(config: PipelineConfig, gpu_count: int) -> list[Check]:
 def check_cpu_bf16() -> Check:
     """bf16 weights on a CPU: fast with bf16 matrix units (AMX, AVX512-BF16), emulated and slow
     without them, though still correct."""
-    from alignflow.models.factory import cpu_bf16_units
+    from alignflow.models.cpu_dtype import cpu_bf16_units
 
     units = cpu_bf16_units()
     return Check(
@@ -263,16 +263,27 @@ def check_cpu_bf16() -> Check:
         if units
         else "model.dtype bfloat16, but this CPU has no bf16 matrix units (AMX, AVX512-BF16): emulated, "
         "tens of times slower than fp32",
-        "set model.dtype=fastest (bf16 where the CPU has the units, else fp32) or float32",
+        "set model.dtype=fastest (bf16 where it measures faster on this CPU, else fp32) or float32",
     )
 
 
 def check_cpu_fastest() -> Check:
-    """Which dtype ``model.dtype: fastest`` resolves to on this CPU, so the run's speed is expected."""
-    from alignflow.models.factory import cpu_bf16_units
+    """Which dtype ``model.dtype: fastest`` resolves to on this CPU and why (the bf16 units it
+    has and both dtypes' measured GEMM rates), so the run's speed is expected."""
+    import torch
+
+    from alignflow.models.cpu_dtype import cpu_bf16_units, cpu_gemm_rates, fastest_cpu_dtype
 
     units = cpu_bf16_units()
-    said = f"bf16 ({' and '.join(units)})" if units else "fp32 (no bf16 matrix units: AMX, AVX512-BF16)"
+    if not units:
+        said = "fp32 (no bf16 matrix units: AMX, AVX512-BF16)"
+    else:
+        rates = cpu_gemm_rates()
+        chosen = "bf16" if fastest_cpu_dtype() == torch.bfloat16 else "fp32"
+        said = (
+            f"{chosen} ({' and '.join(units)}; GEMM bf16 {rates['bfloat16']:.0f} GFLOP/s, "
+            f"fp32 {rates['float32']:.0f} GFLOP/s)"
+        )
     return Check("dtype on CPU", True, f"model.dtype fastest: {said} on this CPU")
 
 

@@ -22,6 +22,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from alignflow.models.cpu_dtype import fastest_cpu_dtype
 from alignflow.models.loading import (
     CLASSIFIER_ARCHITECTURES,
     load_pretrained,
@@ -207,27 +208,20 @@ def prepare_base_model(spec: ModelSpec, texts: Iterable[str], work_dir: str | Pa
     return str(target)
 
 
-def cpu_bf16_units() -> list[str]:
-    """The bf16 matrix units this CPU has (AMX, AVX512-BF16); without any, torch emulates bf16
-    matrix products (measured on an AVX2-only AMD EPYC: 1 GFLOP/s against fp32's 63)."""
-    probes = (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported"))
-    return [name for name, probe in probes if getattr(torch.cpu, probe, lambda: False)()]
-
-
 def select_dtype(spec: ModelSpec) -> torch.dtype:
     """The weights' dtype: explicit in the spec, or the best the device supports."""
     if spec.dtype not in ("auto", "fastest"):
         return getattr(torch, spec.dtype)
     if torch.cuda.is_available():
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if spec.dtype == "fastest" and cpu_bf16_units():
-        return torch.bfloat16
+    if spec.dtype == "fastest":
+        return fastest_cpu_dtype()
     return torch.float32
 
 
 def inference_dtype(spec: ModelSpec) -> torch.dtype | None:
     """The dtype a run's models generate in: the one ``model.dtype`` names or resolves to
-    (bf16 generates several times faster on a CPU with bf16 matrix units), or None under
+    (bf16 generates several times faster on a CPU whose bf16 products are fast), or None under
     'auto' to keep a model's own."""
     return None if spec.dtype == "auto" else select_dtype(spec)
 

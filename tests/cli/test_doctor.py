@@ -133,6 +133,12 @@ def test_fastest_dtype_says_what_it_resolves_to_on_this_cpu(monkeypatch):
         monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
     (plain,) = check_training(config, gpu_count=0)
     assert plain.ok and "fp32" in plain.detail
+    from alignflow.models import cpu_dtype
+
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr(cpu_dtype, "cpu_gemm_rates", lambda: {"bfloat16": 2500.0, "float32": 300.0})
     (amx,) = check_training(config, gpu_count=0)
-    assert amx.ok and "bf16 (AMX)" in amx.detail
+    assert amx.ok and "bf16 (AMX; GEMM bf16 2500 GFLOP/s, fp32 300 GFLOP/s)" in amx.detail
+    monkeypatch.setattr(cpu_dtype, "cpu_gemm_rates", lambda: {"bfloat16": 165.0, "float32": 315.0})
+    (slow,) = check_training(config, gpu_count=0)
+    assert slow.ok and "fp32 (AMX; GEMM bf16 165 GFLOP/s" in slow.detail

@@ -33,7 +33,14 @@ def _cpu_units(monkeypatch, amx: bool, avx512_bf16: bool) -> None:
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
 
 
-def test_fastest_dtype_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch):
+def _gemm_rates(monkeypatch, bf16: float, fp32: float) -> None:
+    """What the CPU's GEMMs measure, in GFLOP/s."""
+    from alignflow.models import cpu_dtype
+
+    monkeypatch.setattr(cpu_dtype, "cpu_gemm_rates", lambda: {"bfloat16": bf16, "float32": fp32})
+
+
+def test_fastest_dtype_is_bf16_only_where_the_cpu_measures_it_clearly_faster(monkeypatch):
     import torch
 
     from alignflow.models.factory import inference_dtype, select_dtype, trl_model_init_kwargs
@@ -41,11 +48,34 @@ def test_fastest_dtype_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch):
 
     fastest, auto = ModelSpec(dtype="fastest"), ModelSpec(dtype="auto")
     _cpu_units(monkeypatch, amx=False, avx512_bf16=False)  # AVX2 only: bf16 would be emulated
+    _gemm_rates(monkeypatch, bf16=1e6, fp32=1.0)  # not consulted: emulated bf16 is never timed
     assert select_dtype(fastest) == torch.float32 and inference_dtype(fastest) == torch.float32
     assert trl_model_init_kwargs(fastest)["dtype"] == "float32"
     _cpu_units(monkeypatch, amx=False, avx512_bf16=True)
+    _gemm_rates(monkeypatch, bf16=379.0, fp32=220.0)  # a Zen 4: native bf16 dot products
     assert select_dtype(fastest) == torch.bfloat16 and trl_model_init_kwargs(fastest)["dtype"] == "bfloat16"
+    _gemm_rates(monkeypatch, bf16=165.0, fp32=315.0)  # a Xeon whose flag is there, its speed not
+    assert select_dtype(fastest) == torch.float32 and inference_dtype(fastest) == torch.float32
+    _gemm_rates(monkeypatch, bf16=330.0, fp32=300.0)  # a near tie keeps fp32's precision
+    assert select_dtype(fastest) == torch.float32
     _cpu_units(monkeypatch, amx=True, avx512_bf16=False)
+    _gemm_rates(monkeypatch, bf16=2500.0, fp32=300.0)
     assert inference_dtype(fastest) == torch.bfloat16
     # 'auto' keeps fp32 on every CPU: the demo's numerics do not depend on the machine's units
     assert select_dtype(auto) == torch.float32 and inference_dtype(auto) is None
+
+
+def test_gemm_rates_are_measured_on_this_cpu():
+    """Both dtypes' rates come from timing real products: positive, finite, and the choice of
+    'fastest' follows them on whatever CPU runs this."""
+    import math
+
+    from alignflow.models.cpu_dtype import BF16_MARGIN, cpu_bf16_units, fastest_cpu_dtype, gemm_rate
+
+    rates = {dtype: gemm_rate(dtype, size=256, repeats=2) for dtype in (torch.bfloat16, torch.float32)}
+    assert all(math.isfinite(r) and r > 0 for r in rates.values()), rates
+    chosen = fastest_cpu_dtype()
+    if not cpu_bf16_units():
+        assert chosen == torch.float32
+    elif chosen == torch.bfloat16:  # measured again here at a smaller size: a loose check
+        assert rates[torch.bfloat16] > rates[torch.float32] / BF16_MARGIN, rates
