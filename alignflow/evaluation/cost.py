@@ -27,6 +27,7 @@ TOKENS_TRAINED = f"{COST}/tokens_trained"
 MFU = f"{COST}/mfu"
 PEAK_GFLOPS = f"{COST}/peak_gflops"
 DEVICE_TAG = f"{COST}.device"  # the GPU's name or the CPU model the peak was measured on
+DTYPE_TAG = f"{COST}.dtype"  # the dtype the training matmuls ran in, and the peak was measured in
 # what adds up over the stages of a run (a rate such as MFU does not)
 SUMMED = (WALL_SECONDS, CPU_SECONDS, GPU_SECONDS, TOKENS_TRAINED)
 PROBE_SECONDS = 0.5
@@ -182,18 +183,19 @@ def compute_dtype(trainer: Any) -> str:
 
 def training_cost(trainer: Any, train_seconds: float) -> tuple[dict[str, float], dict[str, str]]:
     """A trainer's ``cost/tokens_trained``, and its ``cost/mfu`` against ``cost/peak_gflops``
-    measured here (one device's peak x the devices that trained), with the device's name as
-    a tag. Empty where it counted no tokens."""
+    measured here (one device's peak x the devices that trained), with the device's name and
+    the dtype it ran in as tags. Empty where it counted no tokens."""
     tokens = tokens_trained(trainer)
     if not tokens:
         return {}, {}
     device = str(trainer.args.device)
     devices = trainer.args.world_size * max(trainer.args.n_gpu, 1)
-    peak = peak_gflops(compute_dtype(trainer), device) * devices
+    dtype = compute_dtype(trainer)
+    peak = peak_gflops(dtype, device) * devices
     figures = {TOKENS_TRAINED: float(tokens), PEAK_GFLOPS: peak}
     if train_seconds > 0:
         figures[MFU] = mfu(flops_per_token(trainer.model), tokens, train_seconds, peak * 1e9)
-    return figures, {DEVICE_TAG: device_name(device)}
+    return figures, {DEVICE_TAG: device_name(device), DTYPE_TAG: dtype}
 
 
 def totals(stages: Iterable[Mapping[str, float]]) -> dict[str, float]:

@@ -130,7 +130,12 @@ def test_training_cost_prices_the_trainer_against_the_measured_peak():
     # gradient; its input is the data, which needs no gradient
     achieved = 4 * 100 * 1000 / 2.0
     assert figures[cost.MFU] == pytest.approx(achieved / (figures[cost.PEAK_GFLOPS] * 1e9))
-    assert tags[cost.DEVICE_TAG]
+    assert tags[cost.DEVICE_TAG] and tags[cost.DTYPE_TAG] == "float32"
+    bf16 = trainer(_total_train_tokens=1000)
+    bf16.model = bf16.model.to(torch.bfloat16)
+    figures, tags = cost.training_cost(bf16, train_seconds=2.0)
+    assert tags[cost.DTYPE_TAG] == "bfloat16", "the weights' dtype, as they ran"
+    assert figures[cost.PEAK_GFLOPS] == cost.peak_gflops("bfloat16", "cpu"), "the peak of the dtype that ran"
     assert cost.training_cost(trainer(), train_seconds=2.0) == ({}, {}), "nothing trained, nothing priced"
 
 
