@@ -10,7 +10,6 @@ version page prices its improvement in CPU-minutes (:func:`cost_line`).
 
 from __future__ import annotations
 
-import functools
 import platform
 import resource
 import sys
@@ -18,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+from alignflow.models.gemm_rate import peak_gflops
 
 COST = "cost"
 WALL_SECONDS = f"{COST}/wall_seconds"
@@ -30,7 +31,6 @@ DEVICE_TAG = f"{COST}.device"  # the GPU's name or the CPU model the peak was me
 DTYPE_TAG = f"{COST}.dtype"  # the dtype the training matmuls ran in, and the peak was measured in
 # what adds up over the stages of a run (a rate such as MFU does not)
 SUMMED = (WALL_SECONDS, CPU_SECONDS, GPU_SECONDS, TOKENS_TRAINED)
-PROBE_SECONDS = 0.5
 PRICED_GAIN = 0.01  # the improvement a price is quoted per
 
 T = TypeVar("T")
@@ -119,30 +119,6 @@ def training_flops(per_token: float, tokens: int) -> float:
 def mfu(per_token: float, tokens: int, seconds: float, peak_flops: float) -> float:
     """Model FLOPs utilisation: achieved training FLOP/s over the measured peak FLOP/s."""
     return training_flops(per_token, tokens) / seconds / peak_flops
-
-
-@functools.cache
-def peak_gflops(dtype: str, device: str) -> float:
-    """The GEMM rate one device reaches here and now, in GFLOP/s: square matmuls in ``dtype``
-    (a torch dtype name) on ``device`` for :data:`PROBE_SECONDS`. Measured once per process,
-    beside the training it is compared with (same machine, same load, same torch settings)
-    rather than taken from a datasheet the machine may not reach."""
-    import torch
-
-    on = torch.device(device)
-    size = 4096 if on.type == "cuda" else 1024
-    a, b = (torch.randn(size, size, device=on).to(getattr(torch, dtype)) for _ in range(2))
-    sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
-    repeats = 10 if on.type == "cuda" else 1  # a sync per launch would time the launches
-    a @ b  # the first product picks kernels and allocates: not timed
-    sync()
-    runs, started = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < PROBE_SECONDS:
-        for _ in range(repeats):
-            a @ b
-        sync()
-        runs += repeats
-    return 2 * size**3 * runs / elapsed / 1e9
 
 
 def device_name(device: str) -> str:

@@ -350,9 +350,8 @@ def evaluate_paths(
     ``dtype`` loads every policy in it (the run's ``model.dtype``), so policy, reference and
     champion generate alike; None keeps each model's saved dtype. A LoRA folder loads with its
     adapters folded into its weights: the same answers, decoded at the base model's speed.
-    ``rl_start_dir``: the model
-    the RL stage started from, judged on the pinned set beside the reference (the reference
-    itself when it is the same folder)."""
+    ``rl_start_dir``: the model the RL stage started from, judged on the pinned set beside the
+    reference (the reference itself when it is the same folder)."""
     from alignflow.data.snapshot import load_split
     from alignflow.evaluation.golden import load_golden_records
     from alignflow.models import load_causal_lm

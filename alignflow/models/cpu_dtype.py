@@ -10,12 +10,10 @@ process and picks bf16 only when it is clearly ahead.
 
 from __future__ import annotations
 
-import functools
-import time
-
 import torch
 
-GEMM_SIZE = 1024  # square GEMM near a 135M model's layer widths at a few hundred tokens
+from alignflow.models.gemm_rate import peak_gflops
+
 BF16_MARGIN = 1.2  # bf16 must beat fp32 by this much: a near tie keeps fp32's precision
 
 
@@ -26,25 +24,10 @@ def cpu_bf16_units() -> list[str]:
     return [name for name, probe in probes if getattr(torch.cpu, probe, lambda: False)()]
 
 
-def gemm_rate(dtype: torch.dtype, size: int = GEMM_SIZE, repeats: int = 5) -> float:
-    """GFLOP/s of a square ``size`` GEMM in ``dtype`` on this CPU: the best of ``repeats``
-    after one warm-up (the best, because other work on the machine only slows a repeat)."""
-    generator = torch.Generator().manual_seed(0)
-    a = torch.randn(size, size, generator=generator).to(dtype)
-    b = torch.randn(size, size, generator=generator).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
-
-
-@functools.cache
 def cpu_gemm_rates() -> dict[str, float]:
-    """bf16 and fp32 GEMM GFLOP/s on this CPU, measured once per process (~0.1 s)."""
-    return {"bfloat16": gemm_rate(torch.bfloat16), "float32": gemm_rate(torch.float32)}
+    """bf16 and fp32 GEMM GFLOP/s on this CPU, each probed once per process
+    (:func:`~alignflow.models.gemm_rate.peak_gflops`, the peak a stage's MFU is priced against)."""
+    return {dtype: peak_gflops(dtype, "cpu") for dtype in ("bfloat16", "float32")}
 
 
 def fastest_cpu_dtype() -> torch.dtype:

@@ -70,12 +70,16 @@ def test_gemm_rates_are_measured_on_this_cpu():
     'fastest' follows them on whatever CPU runs this."""
     import math
 
-    from alignflow.models.cpu_dtype import BF16_MARGIN, cpu_bf16_units, fastest_cpu_dtype, gemm_rate
+    from alignflow.models.cpu_dtype import BF16_MARGIN, cpu_bf16_units, fastest_cpu_dtype
+    from alignflow.models.gemm_rate import peak_gflops
 
-    rates = {dtype: gemm_rate(dtype, size=256, repeats=2) for dtype in (torch.bfloat16, torch.float32)}
+    rates = {
+        dtype: peak_gflops(str(dtype).removeprefix("torch."), "cpu")
+        for dtype in (torch.bfloat16, torch.float32)
+    }
     assert all(math.isfinite(r) and r > 0 for r in rates.values()), rates
     chosen = fastest_cpu_dtype()
     if not cpu_bf16_units():
         assert chosen == torch.float32
-    elif chosen == torch.bfloat16:  # measured again here at a smaller size: a loose check
+    elif chosen == torch.bfloat16:  # the same probe the choice read
         assert rates[torch.bfloat16] > rates[torch.float32] / BF16_MARGIN, rates
