@@ -33,7 +33,13 @@ from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.calibration import pairwise_report
-from alignflow.models.factory import minilm_path, model_init_kwargs, peft_config, resolve_model_source
+from alignflow.models.factory import (
+    minilm_path,
+    model_init_kwargs,
+    peft_config,
+    resolve_model_source,
+    whole_model_precision_flags,
+)
 from alignflow.models.model_config import LoraSpec, ModelSpec
 from alignflow.models.prompting import completion_text
 from alignflow.models.reward_scorer import (
@@ -78,9 +84,12 @@ class AlignflowRewardTrainer(StageTrainerMixin, LengthGroupedMixin, RewardTraine
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.pooling == "model":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        logits = reward_logits(
-            model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
-        )
+        # reward_logits calls the encoder's body itself, past the forward accelerate wraps in
+        # its mixed-precision autocast: the same autocast here, or bf16 would never apply
+        with self.accelerator.autocast():
+            logits = reward_logits(
+                model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
+            )
         chosen, rejected = logits.float().squeeze(-1).chunk(2)
         loss = -F.logsigmoid(chosen - rejected - inputs.get("margin", 0.0)).mean()
         if self.args.center_rewards_coefficient is not None:
@@ -98,9 +107,10 @@ class HeadsRewardTrainer(StageTrainerMixin, LengthGroupedMixin, Trainer):
     pooling = "model"
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logits = reward_logits(
-            model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
-        ).float()
+        with self.accelerator.autocast():  # as AlignflowRewardTrainer.compute_loss
+            logits = reward_logits(
+                model, inputs["input_ids"], inputs["attention_mask"], self.pooling, inputs.get("answer_mask")
+            ).float()
         n_scored = int(inputs["n_scored"])
         per_objective = torch.zeros(logits.shape[-1], device=logits.device)
         if n_scored:
@@ -364,6 +374,8 @@ def run_reward(
     train_pairs = rows_for(load_pairs(data_dir, "train"), config.policy.reward_data, "reward")
     eval_pairs = load_optional_pairs(data_dir, "eval", stage.eval_max_rows)
     base_args = trainer_arguments(stage, output_dir, spec, seed, has_eval=False)
+    if stage.backbone != "policy":
+        base_args.update(whole_model_precision_flags(spec, config.model))
     # transformers counts the tokens trained: TRL's own count skips a pooling of ours and the heads
     base_args.setdefault("include_num_input_tokens_seen", "non_padding")
     callbacks = [TrackingCallback({"reward": stage.model_dump(), "model": spec.model_dump()})]

@@ -145,3 +145,32 @@ def test_disjoint_data_trains_the_reward_model_on_its_half_only(demo_config, dem
     every = load_pairs(demo_snapshot, "train")
     expected = [p for p in every if prompt_half(p["prompt"]) == 0]
     assert result.metrics["train/pairs_used"] == len(expected) < len(every)
+
+
+@pytest.mark.parametrize("fastest", [torch.bfloat16, torch.float32])
+def test_minilm_multiplies_in_bf16_only_where_fastest_resolves_to_bf16(
+    fastest, monkeypatch, demo_config, demo_snapshot, tmp_path
+):
+    """A backbone of its own keeps fp32 weights; its products run under bf16 autocast where the
+    run's ``model.dtype: fastest`` picks bf16 on this CPU. The answer pooling calls the encoder
+    past the forward accelerate wraps, so the flag alone would change nothing."""
+    from safetensors.torch import load_file
+
+    import alignflow.training.reward as reward
+
+    monkeypatch.setattr("alignflow.models.factory.fastest_cpu_dtype", lambda: fastest)
+    seen: list[torch.dtype | None] = []
+    plain = reward.reward_logits
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(reward, "reward_logits", recording)
+    result, *_ = _train_minilm_and_score(
+        demo_config, demo_snapshot, tmp_path, "model.dtype=fastest", "reward.pooling=answer", "reward.max_steps=2", rows=8
+    )
+    assert seen, "the stage never scored a batch through reward_logits"
+    assert set(seen) == ({torch.bfloat16} if fastest == torch.bfloat16 else {None})
+    weights = load_file(f"{result.model_dir}/model.safetensors")
+    assert {w.dtype for w in weights.values() if w.is_floating_point()} == {torch.float32}
