@@ -168,7 +168,13 @@ def test_minilm_multiplies_in_bf16_only_where_fastest_resolves_to_bf16(
 
     monkeypatch.setattr(reward, "reward_logits", recording)
     result, *_ = _train_minilm_and_score(
-        demo_config, demo_snapshot, tmp_path, "model.dtype=fastest", "reward.pooling=answer", "reward.max_steps=2", rows=8
+        demo_config,
+        demo_snapshot,
+        tmp_path,
+        "model.dtype=fastest",
+        "reward.pooling=answer",
+        "reward.max_steps=2",
+        rows=8,
     )
     assert seen, "the stage never scored a batch through reward_logits"
     assert set(seen) == ({torch.bfloat16} if fastest == torch.bfloat16 else {None})
