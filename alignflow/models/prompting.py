@@ -18,6 +18,7 @@ import torch
 from alignflow.errors import InputError
 from alignflow.models.decoding import cpu_decoding
 from alignflow.models.positions import prompt_token_budget
+from alignflow.models.shared_prefill import generate_sharing_prefix
 
 Prompt = str | list[dict[str, str]]
 
@@ -163,8 +164,10 @@ def generate(
             for start in range(0, len(order), batch_size):
                 rows = order[start : start + batch_size]
                 batch = prompt_batch(tokenizer, [prompts[i] for i in rows], budget).to(device)
-                ids = model.generate(
-                    **batch,
+                ids = generate_sharing_prefix(
+                    model,
+                    batch["input_ids"],
+                    batch["attention_mask"],
                     max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,

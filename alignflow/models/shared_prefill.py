@@ -7,6 +7,16 @@ config, where it was ~10% of the stage on a CPU). :func:`generate_sharing_prefil
 prefills each distinct row of the batch once, copies its cache to the rows that repeat
 it, and lets ``generate`` decode from there: the same tokens, the same sampling stream
 (the prefill draws no random numbers), one prefill per prompt.
+
+A batch of distinct prompts often opens alike: a chat template's system turn starts every
+SmolLM2 prompt with the same 24 tokens, a sixth of an HH-RLHF evaluation prompt.
+:func:`generate_sharing_prefix` prefills that common opening once and copies its cache to
+every row; each row is laid out as [opening][padding][rest], so the positions (counted from
+the attention mask) and the tokens each row reads are those of the left-padded row. In fp32
+the answers are the same (48 of 48 HH prompts on SmolLM2); in bf16 the opening's keys and
+values round as a one-row product and greedy answers drift where two tokens nearly tie (58
+of 96 the same, where batches of 12 instead of 16 kept 39 of 48). Evaluation generation:
+~6% less time on SmolLM2 with its 24-token system turn, more under a longer system prompt.
 """
 
 from __future__ import annotations
@@ -105,3 +115,65 @@ def sharing_prefills(model: Any) -> Iterator[Any]:
             del model.generate
         else:
             model.generate = shadowed
+
+
+MIN_SHARED_OPENING = 8  # fewer common leading tokens are not worth a separate prefill
+
+
+def common_opening(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """How many leading tokens every row of a left-padded batch shares after its padding,
+    leaving each row at least one token of its own (0 where the padding is not all on the left)."""
+    width = input_ids.shape[1]
+    lengths = attention_mask.long().sum(1)
+    starts = width - lengths
+    if not torch.equal(
+        attention_mask.bool(), torch.arange(width, device=input_ids.device) >= starts[:, None]
+    ):
+        return 0
+    span = int(lengths.min()) - 1
+    if span <= 0:
+        return 0
+    heads = input_ids.gather(1, starts[:, None] + torch.arange(span, device=input_ids.device))
+    differs = (heads != heads[:1]).any(0).nonzero()
+    return int(differs[0]) if len(differs) else span
+
+
+def opening_first(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, opening: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each left-padded row as [its first ``opening`` real tokens][its padding][the rest]."""
+    width = input_ids.shape[1]
+    starts = (width - attention_mask.long().sum(1))[:, None]
+    columns = torch.arange(width, device=input_ids.device).expand(len(input_ids), width)
+    order = torch.where(
+        columns < opening,
+        columns + starts,
+        torch.where(columns < opening + starts, columns - opening, columns),
+    )
+    return input_ids.gather(1, order), attention_mask.gather(1, order)
+
+
+def opening_cache(model: Any, opening_ids: torch.Tensor, rows: int) -> Any:
+    """The cache of ``opening_ids`` (one row, positions from 0) copied to ``rows`` rows."""
+    with torch.no_grad():
+        cache = model(input_ids=opening_ids[None], use_cache=True).past_key_values
+    cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=opening_ids.device))
+    return cache
+
+
+def generate_sharing_prefix(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any
+) -> Any:
+    """``model.generate`` on a left-padded batch, the rows' common opening prefilled once.
+    Returns what ``generate`` returns: each row's prompt columns (reordered as
+    :func:`opening_first` lays them out) and then its new tokens. The plain call where the
+    opening is shorter than :data:`MIN_SHARED_OPENING` or :func:`can_share` says no."""
+    opening = common_opening(input_ids, attention_mask) if len(input_ids) > 1 else 0
+    settings = getattr(model, "generation_config", None)
+    if opening < MIN_SHARED_OPENING or getattr(model.config, "is_encoder_decoder", False):
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    if not can_share(settings, input_ids, kwargs):
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    ids, mask = opening_first(input_ids, attention_mask, opening)
+    cache = opening_cache(model, ids[0, :opening], len(ids))
+    return model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, **kwargs)

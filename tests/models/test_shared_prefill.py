@@ -8,7 +8,14 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from alignflow.models.decoding import cpu_decoding
-from alignflow.models.shared_prefill import distinct_rows, sharing_prefills
+from alignflow.models.shared_prefill import (
+    MIN_SHARED_OPENING,
+    common_opening,
+    distinct_rows,
+    generate_sharing_prefix,
+    opening_first,
+    sharing_prefills,
+)
 
 GROUP = 4
 
@@ -108,3 +115,59 @@ def test_generate_is_restored_after_the_context():
         assert "generate" in vars(model)
     assert "generate" not in vars(model)
     assert model.generate.__func__ is LlamaForCausalLM.generate
+
+
+OPENING = list(range(20, 20 + MIN_SHARED_OPENING + 2))  # a system turn every prompt starts with
+
+
+def _prompts_opening_alike() -> dict[str, torch.Tensor]:
+    """Three distinct left-padded prompts that share their first ``len(OPENING)`` tokens."""
+    rests = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14, 15]]
+    width = len(OPENING) + max(map(len, rests))
+    rows = [[0] * (width - len(OPENING) - len(r)) + OPENING + r for r in rests]
+    ids = torch.tensor(rows)
+    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+
+@pytest.mark.parametrize("decoding", ["sdpa", "cpu_decoding"])
+@pytest.mark.parametrize("settings", [{"do_sample": True, "temperature": 1.0}, {"do_sample": False}])
+def test_a_common_opening_is_prefilled_once_and_decodes_as_plain_generate(decoding, settings):
+    model, batch = _tiny_lm(), _prompts_opening_alike()
+    width = batch["input_ids"].shape[1]
+    calls = _prefill_calls(model)
+    returned = {
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "max_new_tokens": 8,
+        "pad_token_id": 0,
+    }
+    with cpu_decoding(model) if decoding == "cpu_decoding" else torch.no_grad():
+        torch.manual_seed(7)
+        plain = model.generate(**batch, **returned, **settings)
+        first_plain = len(calls)
+        torch.manual_seed(7)
+        shared = generate_sharing_prefix(
+            model, batch["input_ids"], batch["attention_mask"], **returned, **settings
+        )
+    assert calls[:first_plain] == [(3, width)]
+    assert calls[first_plain:] == [(1, len(OPENING)), (3, width - len(OPENING))]
+    assert torch.equal(shared.sequences[:, width:], plain.sequences[:, width:])
+    for ours, theirs in zip(shared.logits, plain.logits, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_the_common_opening_of_a_left_padded_batch():
+    batch = _prompts_opening_alike()
+    assert common_opening(batch["input_ids"], batch["attention_mask"]) == len(OPENING)
+    ids = torch.tensor([[0, 4, 5, 6], [4, 5, 6, 7]])
+    assert common_opening(ids, (ids != 0).long()) == 2  # the shorter row keeps a token of its own
+    assert common_opening(ids, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])) == 0  # padded on the right
+    ids = torch.tensor([[4, 5, 6], [9, 5, 6]])
+    assert common_opening(ids, torch.ones_like(ids)) == 0
+
+
+def test_the_opening_moves_ahead_of_the_padding():
+    ids = torch.tensor([[0, 0, 4, 5, 6], [4, 5, 6, 7, 8]])
+    moved, mask = opening_first(ids, (ids != 0).long(), 2)
+    assert moved.tolist() == [[4, 5, 0, 0, 6], [4, 5, 6, 7, 8]]
+    assert mask.tolist() == [[1, 1, 0, 0, 1], [1, 1, 1, 1, 1]]
