@@ -169,10 +169,11 @@ def generate_sharing_prefix(
     :func:`opening_first` lays them out) and then its new tokens. The plain call where the
     opening is shorter than :data:`MIN_SHARED_OPENING` or :func:`can_share` says no."""
     opening = common_opening(input_ids, attention_mask) if len(input_ids) > 1 else 0
-    settings = getattr(model, "generation_config", None)
-    if opening < MIN_SHARED_OPENING or getattr(model.config, "is_encoder_decoder", False):
-        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    if not can_share(settings, input_ids, kwargs):
+    if (
+        opening < MIN_SHARED_OPENING
+        or getattr(model.config, "is_encoder_decoder", False)
+        or not can_share(getattr(model, "generation_config", None), input_ids, kwargs)
+    ):
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     ids, mask = opening_first(input_ids, attention_mask, opening)
     cache = opening_cache(model, ids[0, :opening], len(ids))
