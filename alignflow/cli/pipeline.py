@@ -69,6 +69,9 @@ def render_summary(summary: dict[str, Any]) -> None:
             f"wall {summary['wall_seconds']:.1f}s, stage compute {summary['compute_seconds']:.1f}s, "
             f"orchestration overhead {summary['orchestration_overhead']:.1%}, cache hits {hits}"
         )
+        if summary.get("startup_seconds"):
+            startup = summary["startup_seconds"]
+            console.print(f"before the flow: {startup:.1f}s (loading, Prefect's API, the flow run starting)")
     uri = summary.get("tracking_uri") or "sqlite:///mlflow.db"
     console.print("\nOpen the UIs:")
     console.print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
@@ -92,12 +95,16 @@ def _unchanged_run(config: PipelineConfig) -> dict[str, Any] | None:
 
 
 def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[str, Any]:
+    import psutil
+
     from alignflow.flows.environment import local_flow_settings
     from alignflow.flows.retrain import retrain
 
     progress.note("starting the retraining flow (Prefect)…")
     with local_flow_settings():
-        return retrain(str(config) if config else None, overrides, force=force)
+        # this process exists for the command: its start is when the user asked for the run
+        started = psutil.Process().create_time()
+        return retrain(str(config) if config else None, overrides, force=force, requested_at=started)
 
 
 def _report_input_failure(error: BaseException, log_file: Path | None) -> None:

@@ -132,6 +132,9 @@ def summary_markdown(summary: dict[str, Any], gates: list[dict[str, Any]]) -> st
         f"- wall {summary['wall_seconds']:.1f} s, stage compute {summary['compute_seconds']:.1f} s, "
         f"orchestration overhead {summary['orchestration_overhead']:.1%}, cache hits {hits} of {len(stages)}"
     )
+    if summary.get("startup_seconds"):
+        startup = summary["startup_seconds"]
+        lines.append(f"- before the flow: {startup:.1f} s (loading, Prefect's API, the flow run starting)")
     if stages:
         lines += ["", "## Stages", "", "| stage | time (s) | cache | key metrics |", "|---|---|---|---|"]
         lines += [

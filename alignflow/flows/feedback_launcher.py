@@ -70,6 +70,7 @@ class RetrainFlowLauncher:
             str(self.config_path) if self.config_path else None,
             self.overrides_for(request),
             repo_dir=str(workspace),
+            requested_at=time.time() - (time.perf_counter() - started),
         )
         if summary.get("stopped"):
             raise RuntimeError(f"the retraining flow stopped: {summary['stopped']['message']}")

@@ -106,6 +106,9 @@ class RunSummary:
     golden: dict[str, Any] | None = None  # the pinned evaluation set: path, version (md5), counts
     rl_stage: str | None = None  # what the RL stage added over the model it started from, in words
     wall_seconds: float = 0.0
+    # from the command that asked for the run to the flow's first line: starting Prefect's API
+    # (an ephemeral one migrates its database on a workspace's first run) and the flow run
+    startup_seconds: float = 0.0
 
     def add(self, outcome: StageOutcome) -> StageOutcome:
         self.stages.append(outcome)

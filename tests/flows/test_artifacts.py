@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,8 +79,12 @@ def on_terminal(workspace, tracking_uri, env):
     return raw, json.loads((workspace / "first.json").read_text())
 
 
+COMMAND_SECONDS: dict[str, float] = {}  # a piped run's wall, measured here, by its summary file
+
+
 def piped_run(workspace, tracking_uri, env, out: str, *overrides: str) -> tuple[str, str, dict]:
     """A run on the workspace with stdout and stderr to pipes: what it printed and its summary."""
+    started = time.monotonic()
     done = subprocess.run(
         run_command(tracking_uri, out, *overrides),
         cwd=workspace,
@@ -88,6 +93,7 @@ def piped_run(workspace, tracking_uri, env, out: str, *overrides: str) -> tuple[
         text=True,
         timeout=600,
     )
+    COMMAND_SECONDS[out] = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, done.stderr, json.loads((workspace / out).read_text())
 
@@ -235,6 +241,18 @@ def test_the_prefect_flow_run_is_named_and_tagged_and_logs_our_lines(on_terminal
     stage_runs = flow_runs_named(*(f"{PROJECT}-{stage}-{short}" for stage in ("sft", "reward", "policy")))
     assert len(stage_runs) == 6, "each stage's subflow run, in both runs, says what it trained on"
     assert all({f"project:{PROJECT}", "algorithm:dpo"} <= set(r.tags) for r in stage_runs)
+
+
+def test_the_run_reports_the_time_it_spent_before_the_flow(piped, tracking_uri):
+    """The flow's own wall leaves out loading and Prefect's start: the command says what that took,
+    and it fits in the wall this test measured around the command."""
+    stdout, _, summary = piped
+    startup, flow = summary["startup_seconds"], summary["wall_seconds"]
+    assert startup >= 0.5, "Python, torch and the flow run take more than half a second to start"
+    assert startup + flow <= COMMAND_SECONDS["second.json"], (startup, flow, COMMAND_SECONDS)
+    assert f"before the flow: {startup:.1f}s" in stdout
+    logged = MlflowClient(tracking_uri).get_run(summary["parent_run_id"]).data.metrics
+    assert logged["pipeline/startup_seconds"] == pytest.approx(startup)
 
 
 def test_mlflow_shows_completions_and_gates_as_tables_on_the_evaluate_run(piped, tracking_uri):
