@@ -98,9 +98,11 @@ def _run_flow(config: Path | None, overrides: list[str], force: bool) -> dict[st
     import psutil
 
     from alignflow.flows.environment import local_flow_settings
+    from alignflow.flows.prefect_db import seed_workspace_home
     from alignflow.flows.retrain import retrain
 
     progress.note("starting the retraining flow (Prefect)…")
+    seed_workspace_home()
     with local_flow_settings():
         # this process exists for the command: its start is when the user asked for the run
         started = psutil.Process().create_time()
