@@ -63,14 +63,14 @@ class RetrainFlowLauncher:
         ]
 
     def launch(self, request: TrainingRequest) -> TrainingOutcome:
-        started = time.perf_counter()
+        started, requested_at = time.perf_counter(), time.time()
         workspace = (self.settings.work_dir / "agents" / request.agent_id).resolve()
         workspace.mkdir(parents=True, exist_ok=True)
         summary = retrain(
             str(self.config_path) if self.config_path else None,
             self.overrides_for(request),
             repo_dir=str(workspace),
-            requested_at=time.time() - (time.perf_counter() - started),
+            requested_at=requested_at,
         )
         if summary.get("stopped"):
             raise RuntimeError(f"the retraining flow stopped: {summary['stopped']['message']}")

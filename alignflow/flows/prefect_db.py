@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
+import threading
 from collections.abc import Mapping
 from importlib.metadata import version
 from pathlib import Path
@@ -25,6 +25,12 @@ from alignflow.flows.environment import PREFECT_STATE
 
 DATABASE = "prefect.db"
 USER_DATABASE_SETTINGS = ("PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL")
+# run in a process of its own: Prefect keeps its database settings and engines per process
+MIGRATE = (
+    "import asyncio\n"
+    "from prefect.server.database import provide_database_interface\n"
+    "asyncio.run(provide_database_interface().create_db())\n"
+)
 
 
 def template_path() -> Path:
@@ -33,13 +39,12 @@ def template_path() -> Path:
 
 
 def build_template(target: Path) -> Path:
-    """Migrate an empty database to ``target`` with Prefect's own migrations, in a process of
-    its own (Prefect keeps its database settings and engines per process); written beside
-    and renamed, so a concurrent builder never sees half a file."""
+    """Migrate an empty database to ``target`` with Prefect's own migrations (:data:`MIGRATE`);
+    written beside under this process's name and renamed, so a concurrent builder never sees
+    half a file."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=target.parent, suffix=".db.partial")
-    os.close(handle)
-    os.unlink(partial)  # an empty file is not a database: let SQLite create it
+    partial = target.parent / f".{target.name}.{os.getpid()}-{threading.get_ident()}.partial"
+    partial.unlink(missing_ok=True)  # left by a killed builder whose pid came round: SQLite makes it anew
     env = {
         **os.environ,
         "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{partial}",
@@ -48,19 +53,12 @@ def build_template(target: Path) -> Path:
     }
     try:
         subprocess.run(
-            [sys.executable, "-c", _MIGRATE], env=env, check=True, capture_output=True, text=True, timeout=600
+            [sys.executable, "-c", MIGRATE], env=env, check=True, capture_output=True, text=True, timeout=600
         )
         os.replace(partial, target)
     finally:
-        Path(partial).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return target
-
-
-_MIGRATE = (
-    "import asyncio\n"
-    "from prefect.server.database import provide_database_interface\n"
-    "asyncio.run(provide_database_interface().create_db())\n"
-)
 
 
 def database_chosen_elsewhere(environ: Mapping[str, str]) -> bool:
