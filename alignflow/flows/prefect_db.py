@@ -40,8 +40,8 @@ def template_path() -> Path:
 
 def build_template(target: Path) -> Path:
     """Migrate an empty database to ``target`` with Prefect's own migrations (:data:`MIGRATE`);
-    written beside under this process's name and renamed, so a concurrent builder never sees
-    half a file."""
+    written beside under this process's and thread's name and renamed, so a concurrent builder
+    never sees half a file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.parent / f".{target.name}.{os.getpid()}-{threading.get_ident()}.partial"
     partial.unlink(missing_ok=True)  # left by a killed builder whose pid came round: SQLite makes it anew
