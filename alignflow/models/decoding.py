@@ -1,101 +1,106 @@
 """Faster ``generate`` on a CPU: the same model, less time per decoded token.
 
-Profiled on SmolLM2-135M (bf16, 16 sequences, 2 Zen 5 cores), a sampled decoding step took
-72 ms, ~15 of them in SDPA's kernel, which is slow for one query token; plain matmul
-attention (transformers' "eager") took the step to 62 ms, but it repeats every key/value
-head for each query head it serves (SmolLM2: 3 query heads per key/value head) and computes
-a long prompt's prefill as a full score matrix, slower than SDPA's there (16 x 400-token
-prompts + 40 greedy tokens: 9.1 s against SDPA's 8.8).
+Attention is :data:`~alignflow.models.cpu_attention.CPU_ATTENTION` (plain matmuls over the
+key/value heads, 72 -> 62 ms a decoding step on SmolLM2 against SDPA). Two more costs of stock
+``generate`` on a CPU, measured inside GRPO's sampling on SmolLM2 (bf16, 16 rows x 40 tokens,
+2 Zen 4 cores, 3.9 s a call):
 
-:data:`CPU_DECODE_ATTENTION` takes the better of each: plain matmuls over the key/value
-heads as they are stored, each serving its group of query heads without a copy, for every
-decoding step and for prefills up to :data:`MATMUL_PREFILL_TOKENS`; SDPA for longer ones.
-:func:`cpu_decoding` switches a model to it while it generates on a CPU; on other devices
+- the prefill's last-token logits: transformers slices ``hidden[:, -1:]`` (not contiguous) into
+  the head, and torch's matmul then copies the [vocab, d] weight once per row to batch it:
+  0.84 s for 4 prompts, 2.8 s for a batch of 40 (against 5-10 ms for the same product on a
+  contiguous input). :func:`contiguous_head_input` hands the head a contiguous input.
+- drawing each token: ``torch.multinomial`` draws an exponential variate for every entry of
+  the [rows, vocab] probabilities (15 ms a step, 0.6 s a call). :func:`categorical_draw` draws
+  one uniform number a row and finds it in the cumulative sums (0.4 ms): the same
+  distribution, another random stream.
+
+:func:`cpu_decoding` applies all three while a model generates on a CPU; on other devices
 nothing changes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-CPU_DECODE_ATTENTION = "alignflow_cpu_decode"
-MATMUL_PREFILL_TOKENS = 256  # the longest prefill plain matmuls compute faster than SDPA here
+from alignflow.models.cpu_attention import CPU_ATTENTION, SWITCHABLE
 
 
-def _causal(queries: int, keys: int) -> torch.Tensor:
-    """[queries, keys] bool: each query reads the keys up to its own position (the last
-    ``queries`` of the ``keys``)."""
-    return torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)
+def contiguous_head_input(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Forward pre-hook for an output head: its input made contiguous (a no-op where it is)."""
+    return (args[0].contiguous(), *args[1:]) if args and isinstance(args[0], torch.Tensor) else args
 
 
-def grouped_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention for ``query`` [batch, heads, q, dim] over ``key``/``value`` [batch, kv heads,
-    length, dim], output [batch, q, heads, dim] as transformers' attention functions return it.
-
-    A decoding step, or a prefill up to :data:`MATMUL_PREFILL_TOKENS`: the query heads that
-    share a key/value head are stacked as rows of one matmul against it, softmax in fp32 as
-    eager attention does, masked positions at the dtype's minimum (a padding row reads
-    uniformly rather than NaN). Longer prefills go to SDPA, which wins there.
-    """
-    q_len, kv_len = query.shape[2], key.shape[2]
-    if (module.training and dropout) or (q_len > 1 and kv_len > MATMUL_PREFILL_TOKENS):
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    group = heads // kv_heads
-    scale = dim**-0.5 if scaling is None else scaling
-    # query head h reads kv head h // group: its rows follow the group's other heads' rows
-    grouped = query.reshape(batch, kv_heads, group * q_len, dim)
-    scores = (torch.matmul(grouped, key.transpose(2, 3)) * scale).view(batch, kv_heads, group, q_len, kv_len)
-    mask = _causal(q_len, kv_len) if attention_mask is None and q_len > 1 else attention_mask
-    if mask is not None:  # SDPA's: [batch, 1, q, length] bool (True reads) or additive
-        mask = mask.unsqueeze(2) if mask.dim() == 4 else mask
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = torch.matmul(weights.view(batch, kv_heads, group * q_len, kv_len), value)
-    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+_torch_multinomial = torch.multinomial
 
 
-AttentionInterface.register(CPU_DECODE_ATTENTION, grouped_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_DECODE_ATTENTION, sdpa_mask)
+def categorical_draw(
+    probs: torch.Tensor, num_samples: int, replacement: bool = False, **kwargs: Any
+) -> torch.Tensor:
+    """``torch.multinomial`` for one draw per row of CPU probabilities: a uniform number per row
+    located in the row's cumulative sums (a row's zero entries are never drawn). Every other
+    call goes to ``torch.multinomial`` itself."""
+    if (
+        num_samples != 1
+        or kwargs
+        or probs.dim() != 2
+        or probs.device.type != "cpu"
+        or not probs.is_floating_point()
+    ):
+        return _torch_multinomial(probs, num_samples, replacement, **kwargs)
+    sums = probs.float().cumsum(-1)
+    totals = sums[:, -1:].contiguous()
+    if not bool(torch.isfinite(totals).all() and (totals > 0).all()):
+        return _torch_multinomial(probs, num_samples, replacement)  # which raises its own error
+    drawn = torch.searchsorted(sums, torch.rand(len(probs), 1) * totals, right=True)
+    # a target rounded up to the row's total lands past the end: the entry that reached the total
+    return torch.where(drawn < probs.shape[1], drawn, torch.searchsorted(sums, totals))
+
+
+_draw_lock = threading.Lock()
+_draw_users = 0
+
+
+@contextlib.contextmanager
+def categorical_draws() -> Iterator[None]:
+    """While inside (in any thread), ``torch.multinomial`` is :func:`categorical_draw`.
+    transformers' sampling loop calls ``torch.multinomial`` by name, with no way to pass
+    another sampler; nested and concurrent users share one swap."""
+    global _draw_users
+    with _draw_lock:
+        _draw_users += 1
+        torch.multinomial = categorical_draw
+    try:
+        yield
+    finally:
+        with _draw_lock:
+            _draw_users -= 1
+            if not _draw_users:
+                torch.multinomial = _torch_multinomial
 
 
 @contextlib.contextmanager
 def cpu_decoding(model: Any) -> Iterator[Any]:
-    """While generating with ``model`` on a CPU: :data:`CPU_DECODE_ATTENTION` in place of SDPA
-    or eager attention, restored on exit. ``model`` is yielded unchanged elsewhere."""
+    """While generating with ``model`` on a CPU: :data:`CPU_ATTENTION` in place of SDPA or
+    eager attention, a contiguous input to the output head and :func:`categorical_draws`,
+    all undone on exit. ``model`` is yielded unchanged elsewhere."""
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu":
         yield model
         return
     config = getattr(model, "config", None)
     attention = getattr(config, "_attn_implementation", None)
-    switch = attention in ("sdpa", "eager") and hasattr(model, "set_attn_implementation")
-    if switch:
-        model.set_attn_implementation(CPU_DECODE_ATTENTION)
-    try:
-        yield model
-    finally:
+    switch = attention in SWITCHABLE and hasattr(model, "set_attn_implementation")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    with contextlib.ExitStack() as undo:
         if switch:
-            model.set_attn_implementation(attention)
+            model.set_attn_implementation(CPU_ATTENTION)
+            undo.callback(model.set_attn_implementation, attention)
+        if isinstance(head, torch.nn.Module):
+            undo.callback(head.register_forward_pre_hook(contiguous_head_input).remove)
+        undo.enter_context(categorical_draws())
+        yield model

@@ -1,5 +1,6 @@
 """CPU decoding: one query token attends over the key/value heads as stored, giving what
-eager and SDPA attention give; the context switches attention only while open, only on a CPU."""
+eager and SDPA attention give; tokens are drawn from the same distribution as by
+``torch.multinomial``; the context changes the model and torch only while open, only on a CPU."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from alignflow.models.decoding import CPU_DECODE_ATTENTION, MATMUL_PREFILL_TOKENS, cpu_decoding
+from alignflow.models.cpu_attention import CPU_ATTENTION
+from alignflow.models.decoding import categorical_draw, categorical_draws, cpu_decoding
 
 
 def _tiny_lm(attention: str, kv_heads: int = 2) -> LlamaForCausalLM:
@@ -24,18 +26,6 @@ def _left_padded() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": (ids != 0).long()}
 
 
-def _unpadded() -> dict[str, torch.Tensor]:
-    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-
-def _long_prompts() -> dict[str, torch.Tensor]:
-    """Wider than MATMUL_PREFILL_TOKENS: the prefill goes to SDPA, the steps do not."""
-    ids = torch.randint(1, 50, (2, MATMUL_PREFILL_TOKENS + 20), generator=torch.Generator().manual_seed(3))
-    ids[1, :30] = 0
-    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
-
-
 def _greedy_with_logits(model: LlamaForCausalLM, batch: dict[str, torch.Tensor]):
     return model.generate(
         **batch,
@@ -47,39 +37,10 @@ def _greedy_with_logits(model: LlamaForCausalLM, batch: dict[str, torch.Tensor])
     )
 
 
-@pytest.mark.parametrize(
-    ("kv_heads", "prompts"),
-    [(1, _left_padded), (2, _left_padded), (6, _left_padded), (2, _unpadded), (2, _long_prompts)],
-)
-def test_decoding_steps_score_as_eager_and_sdpa_attention(kv_heads, prompts):
-    """Every step's logits of a greedy continuation, prefill included: left-padded, unpadded
-    and long prompts, grouped (3 and 6 query heads per key/value head) and plain multi-head
-    attention."""
-    batch = prompts()
-    model = _tiny_lm("eager", kv_heads)
-    generated = _greedy_with_logits(model, batch)
-    eager = torch.stack(generated.logits)
-    for attention in ("sdpa", CPU_DECODE_ATTENTION):
-        model.set_attn_implementation(attention)
-        again = _greedy_with_logits(model, batch)
-        assert torch.equal(again.sequences, generated.sequences)
-        assert torch.stack(again.logits) == pytest.approx(eager, abs=1e-5)
-
-
-def test_a_padded_position_is_not_read():
-    """Changing a padding token's id changes nothing the real tokens see."""
-    model = _tiny_lm(CPU_DECODE_ATTENTION)
-    batch = _left_padded()
-    first = model.generate(**batch, do_sample=False, max_new_tokens=4, pad_token_id=0)
-    batch["input_ids"][0, 0] = 3  # still masked out
-    second = model.generate(**batch, do_sample=False, max_new_tokens=4, pad_token_id=0)
-    assert torch.equal(first[:, 6:], second[:, 6:])
-
-
 def test_the_context_switches_attention_on_a_cpu_and_restores_it():
     model = _tiny_lm("sdpa")
     with cpu_decoding(model):
-        assert model.config._attn_implementation == CPU_DECODE_ATTENTION
+        assert model.config._attn_implementation == CPU_ATTENTION
         ids = model.generate(torch.tensor([[1, 2, 3]]), do_sample=True, max_new_tokens=4, pad_token_id=0)
     assert ids.shape == (1, 7)
     assert model.config._attn_implementation == "sdpa"
@@ -96,10 +57,74 @@ def test_a_model_off_the_cpu_is_left_alone():
         assert model.config._attn_implementation == "sdpa"
 
 
-def test_a_training_forward_through_the_grouped_attention_scores_as_sdpa():
-    model = _tiny_lm(CPU_DECODE_ATTENTION).train()
-    ids = torch.tensor([[1, 2, 3, 4]])
-    loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    reference = _tiny_lm("sdpa").train()
-    assert loss.item() == pytest.approx(reference(input_ids=ids, labels=ids).loss.item(), abs=1e-6)
+def test_draws_follow_each_rows_probabilities_and_never_a_zero_entry():
+    probs = torch.tensor(
+        [[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0], [0.25, 0.25, 0.25, 0.25, 0.0]]
+    )
+    torch.manual_seed(0)
+    draws = torch.cat([categorical_draw(probs, 1) for _ in range(20_000)], dim=1)
+    assert draws.shape == (3, 20_000)
+    for row, expected in zip(draws, probs, strict=True):
+        frequencies = torch.bincount(row, minlength=5).float() / len(row)
+        assert frequencies[expected == 0].sum() == 0
+        assert frequencies == pytest.approx(expected, abs=0.015)
+
+
+def test_unnormalised_weights_are_drawn_in_proportion():
+    torch.manual_seed(1)
+    draws = torch.cat([categorical_draw(torch.tensor([[2.0, 6.0]]), 1) for _ in range(10_000)], dim=1)
+    assert (draws == 1).float().mean().item() == pytest.approx(0.75, abs=0.02)
+
+
+def test_a_draw_rounded_up_to_the_total_takes_the_last_entry_that_can_be_drawn(monkeypatch):
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape))
+    probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.2, 0.0, 0.8, 0.0]])
+    assert categorical_draw(probs, 1).flatten().tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_probabilities_torch_refuses_are_refused(bad):
+    with pytest.raises(RuntimeError, match="probability tensor"):
+        categorical_draw(torch.tensor([[0.5, bad, 0.5]]), 1)
+
+
+def test_calls_other_than_one_draw_per_row_go_to_torch():
+    torch.manual_seed(2)
+    two = categorical_draw(torch.tensor([[0.5, 0.5, 0.0]]), 2)
+    assert sorted(two.flatten().tolist()) == [0, 1]  # without replacement: both entries
+    assert categorical_draw(torch.tensor([0.0, 1.0]), 1).tolist() == [1]
+
+
+def test_the_draws_swap_torch_multinomial_only_while_any_user_is_inside():
+    original = torch.multinomial
+    with categorical_draws():
+        with categorical_draws():
+            assert torch.multinomial is categorical_draw
+        assert torch.multinomial is categorical_draw  # the outer user is still inside
+    assert torch.multinomial is original
+    with pytest.raises(RuntimeError), categorical_draws():
+        raise RuntimeError("a failed generate")
+    assert torch.multinomial is original
+
+
+def test_the_head_reads_a_contiguous_input_while_decoding_and_sampling_is_seeded():
+    """The batched prefill slices its last position before the head: inside the context the head
+    gets it contiguous, with the same logits; outside, the model is as it was."""
+    model = _tiny_lm("sdpa")
+    batch = _left_padded()
+    seen: list[bool] = []
+    model.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0].is_contiguous()))
+    plain = _greedy_with_logits(model, batch)
+    assert not all(seen)  # the prefill's slice
+    seen.clear()
+    with cpu_decoding(model):
+        ours = _greedy_with_logits(model, batch)
+        sampled = []
+        for _ in range(2):
+            torch.manual_seed(4)
+            sampled.append(model.generate(**batch, do_sample=True, max_new_tokens=5, pad_token_id=0))
+    assert all(seen)
+    assert torch.equal(ours.sequences, plain.sequences)
+    assert torch.stack(ours.logits) == pytest.approx(torch.stack(plain.logits), abs=1e-5)
+    assert torch.equal(sampled[0], sampled[1])
+    assert len(model.lm_head._forward_pre_hooks) == 0

@@ -47,3 +47,4 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
     # the run says which faster paths it took: the frozen head of a LoRA policy scored the labels
     assert tags["compute.label_head"].startswith("on (") and tags["compute.half_precision_adapters"] == "0"
+    assert tags["compute.attention"] == "cpu matmuls"
