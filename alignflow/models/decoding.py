@@ -39,19 +39,26 @@ _torch_multinomial = torch.multinomial
 
 
 def categorical_draw(
-    probs: torch.Tensor, num_samples: int, replacement: bool = False, **kwargs: Any
+    input: torch.Tensor,  # noqa: A002 - torch.multinomial's own parameter names
+    num_samples: int | torch.SymInt,
+    replacement: bool = False,
+    *,
+    generator: torch.Generator | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``torch.multinomial`` for one draw per row of CPU probabilities: a uniform number per row
     located in the row's cumulative sums (a row's zero entries are never drawn). Every other
-    call goes to ``torch.multinomial`` itself."""
+    call (its own generator or output too) goes to ``torch.multinomial`` itself."""
+    probs = input
     if (
         num_samples != 1
-        or kwargs
+        or generator is not None
+        or out is not None
         or probs.dim() != 2
         or probs.device.type != "cpu"
         or not probs.is_floating_point()
     ):
-        return _torch_multinomial(probs, num_samples, replacement, **kwargs)
+        return _torch_multinomial(probs, num_samples, replacement, generator=generator, out=out)
     sums = probs.float().cumsum(-1)
     totals = sums[:, -1:].contiguous()
     if not bool(torch.isfinite(totals).all() and (totals > 0).all()):

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, BertConfig, BertModel
 
 from alignflow.models.cpu_attention import (
     CPU_ATTENTION,
@@ -18,20 +18,7 @@ from alignflow.models.cpu_attention import (
     matmuls_win,
     use_cpu_attention,
 )
-
-
-def _tiny_lm(attention: str, kv_heads: int = 2) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=50, hidden_size=24, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=6, num_key_value_heads=kv_heads,
-    )  # fmt: skip
-    return LlamaForCausalLM._from_config(config, attn_implementation=attention).eval()
-
-
-def _left_padded() -> dict[str, torch.Tensor]:
-    ids = torch.tensor([[0, 0, 0, 5, 6, 7], [8, 9, 10, 11, 12, 13], [0, 14, 15, 16, 17, 18]])
-    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+from tests.models.tiny_llama import greedy_with_logits, left_padded, tiny_lm
 
 
 def _unpadded() -> dict[str, torch.Tensor]:
@@ -46,40 +33,29 @@ def _long_prompts() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": (ids != 0).long()}
 
 
-def _greedy_with_logits(model: LlamaForCausalLM, batch: dict[str, torch.Tensor]):
-    return model.generate(
-        **batch,
-        do_sample=False,
-        max_new_tokens=6,
-        pad_token_id=0,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-
-
 @pytest.mark.parametrize(
     ("kv_heads", "prompts"),
-    [(1, _left_padded), (2, _left_padded), (6, _left_padded), (2, _unpadded), (2, _long_prompts)],
+    [(1, left_padded), (2, left_padded), (6, left_padded), (2, _unpadded), (2, _long_prompts)],
 )
 def test_decoding_steps_score_as_eager_and_sdpa_attention(kv_heads, prompts):
     """Every step's logits of a greedy continuation, prefill included: left-padded, unpadded
     and long prompts, grouped (3 and 6 query heads per key/value head) and plain multi-head
     attention."""
     batch = prompts()
-    model = _tiny_lm("eager", kv_heads)
-    generated = _greedy_with_logits(model, batch)
+    model = tiny_lm("eager", kv_heads)
+    generated = greedy_with_logits(model, batch)
     eager = torch.stack(generated.logits)
     for attention in ("sdpa", CPU_ATTENTION):
         model.set_attn_implementation(attention)
-        again = _greedy_with_logits(model, batch)
+        again = greedy_with_logits(model, batch)
         assert torch.equal(again.sequences, generated.sequences)
         assert torch.stack(again.logits) == pytest.approx(eager, abs=1e-5)
 
 
 def test_a_padded_position_is_not_read():
     """Changing a padding token's id changes nothing the real tokens see."""
-    model = _tiny_lm(CPU_ATTENTION)
-    batch = _left_padded()
+    model = tiny_lm(CPU_ATTENTION)
+    batch = left_padded()
     first = model.generate(**batch, do_sample=False, max_new_tokens=4, pad_token_id=0)
     batch["input_ids"][0, 0] = 3  # still masked out
     second = model.generate(**batch, do_sample=False, max_new_tokens=4, pad_token_id=0)
@@ -87,23 +63,23 @@ def test_a_padded_position_is_not_read():
 
 
 def test_a_training_forward_through_the_grouped_attention_scores_as_sdpa():
-    model = _tiny_lm(CPU_ATTENTION).train()
+    model = tiny_lm(CPU_ATTENTION).train()
     ids = torch.tensor([[1, 2, 3, 4]])
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
-    reference = _tiny_lm("sdpa").train()
+    reference = tiny_lm("sdpa").train()
     assert loss.item() == pytest.approx(reference(input_ids=ids, labels=ids).loss.item(), abs=1e-6)
 
 
 def test_a_training_backward_through_the_matmuls_gives_sdpas_gradients():
     """Left-padded rows, scored on the tokens after each row's first (a padding position's
     output, which the two compute differently, predicts none of them)."""
-    batch = _left_padded()
+    batch = left_padded()
     first_real = batch["attention_mask"].cumsum(1) == 1
     labels = batch["input_ids"].masked_fill((batch["attention_mask"] == 0) | first_real, -100)
     grads = {}
     for attention in ("sdpa", CPU_ATTENTION):
-        model = _tiny_lm(attention).train()
+        model = tiny_lm(attention).train()
         model(**batch, labels=labels).loss.backward()
         grads[attention] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     assert grads[CPU_ATTENTION] == pytest.approx(grads["sdpa"], abs=1e-5)
@@ -150,7 +126,7 @@ def test_matmuls_take_decoding_short_prefills_and_training_within_the_memory_bou
 
 
 def test_a_model_on_a_cpu_trains_with_the_matmuls_and_saves_no_trace_of_them(tmp_path):
-    model = get_peft_model(_tiny_lm("sdpa"), LoraConfig(r=2, target_modules="all-linear"))
+    model = get_peft_model(tiny_lm("sdpa"), LoraConfig(r=2, target_modules="all-linear"))
     assert use_cpu_attention(model)
     assert model.get_base_model().config._attn_implementation == CPU_ATTENTION
     assert use_cpu_attention(model)  # already switched
@@ -163,10 +139,10 @@ def test_a_model_on_a_cpu_trains_with_the_matmuls_and_saves_no_trace_of_them(tmp
 
 def test_models_off_the_cpu_or_outside_the_attention_interface_are_left_alone():
     with torch.device("meta"):
-        on_meta = _tiny_lm("sdpa")
+        on_meta = tiny_lm("sdpa")
     assert not use_cpu_attention(on_meta)
     assert on_meta.config._attn_implementation == "sdpa"
-    own_kernel = _tiny_lm("sdpa")
+    own_kernel = tiny_lm("sdpa")
     own_kernel.config._attn_implementation = "flash_attention_2"  # as a GPU run would load it
     assert not use_cpu_attention(own_kernel)
     assert not use_cpu_attention(torch.nn.Linear(2, 2))

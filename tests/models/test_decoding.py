@@ -6,39 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from alignflow.models.cpu_attention import CPU_ATTENTION
 from alignflow.models.decoding import categorical_draw, categorical_draws, cpu_decoding
-
-
-def _tiny_lm(attention: str, kv_heads: int = 2) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=50, hidden_size=24, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=6, num_key_value_heads=kv_heads,
-    )  # fmt: skip
-    return LlamaForCausalLM._from_config(config, attn_implementation=attention).eval()
-
-
-def _left_padded() -> dict[str, torch.Tensor]:
-    ids = torch.tensor([[0, 0, 0, 5, 6, 7], [8, 9, 10, 11, 12, 13], [0, 14, 15, 16, 17, 18]])
-    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
-
-
-def _greedy_with_logits(model: LlamaForCausalLM, batch: dict[str, torch.Tensor]):
-    return model.generate(
-        **batch,
-        do_sample=False,
-        max_new_tokens=6,
-        pad_token_id=0,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+from tests.models.tiny_llama import greedy_with_logits, left_padded, tiny_lm
 
 
 def test_the_context_switches_attention_on_a_cpu_and_restores_it():
-    model = _tiny_lm("sdpa")
+    model = tiny_lm("sdpa")
     with cpu_decoding(model):
         assert model.config._attn_implementation == CPU_ATTENTION
         ids = model.generate(torch.tensor([[1, 2, 3]]), do_sample=True, max_new_tokens=4, pad_token_id=0)
@@ -52,7 +27,7 @@ def test_the_context_switches_attention_on_a_cpu_and_restores_it():
 
 def test_a_model_off_the_cpu_is_left_alone():
     with torch.device("meta"):
-        model = _tiny_lm("sdpa")
+        model = tiny_lm("sdpa")
     with cpu_decoding(model):
         assert model.config._attn_implementation == "sdpa"
 
@@ -93,6 +68,9 @@ def test_calls_other_than_one_draw_per_row_go_to_torch():
     two = categorical_draw(torch.tensor([[0.5, 0.5, 0.0]]), 2)
     assert sorted(two.flatten().tolist()) == [0, 1]  # without replacement: both entries
     assert categorical_draw(torch.tensor([0.0, 1.0]), 1).tolist() == [1]
+    probs = torch.softmax(torch.arange(8.0).repeat(3, 1), -1)
+    ours = categorical_draw(probs, 1, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(ours, torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)))
 
 
 def test_the_draws_swap_torch_multinomial_only_while_any_user_is_inside():
@@ -110,15 +88,15 @@ def test_the_draws_swap_torch_multinomial_only_while_any_user_is_inside():
 def test_the_head_reads_a_contiguous_input_while_decoding_and_sampling_is_seeded():
     """The batched prefill slices its last position before the head: inside the context the head
     gets it contiguous, with the same logits; outside, the model is as it was."""
-    model = _tiny_lm("sdpa")
-    batch = _left_padded()
+    model = tiny_lm("sdpa")
+    batch = left_padded()
     seen: list[bool] = []
     model.lm_head.register_forward_hook(lambda module, args, out: seen.append(args[0].is_contiguous()))
-    plain = _greedy_with_logits(model, batch)
+    plain = greedy_with_logits(model, batch)
     assert not all(seen)  # the prefill's slice
     seen.clear()
     with cpu_decoding(model):
-        ours = _greedy_with_logits(model, batch)
+        ours = greedy_with_logits(model, batch)
         sampled = []
         for _ in range(2):
             torch.manual_seed(4)
