@@ -104,6 +104,15 @@ ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_ATTENTION, sdpa_mask)
 SWITCHABLE = ("sdpa", "eager")  # the implementations this one computes the same as
 
 
+def attention_of(model: Any) -> str | None:
+    """The attention implementation ``model`` (or a PEFT wrapper's base model) runs now."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def _base(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def use_cpu_attention(model: Any) -> bool:
     """Switch ``model`` (a PEFT wrapper's base model alike) to :data:`CPU_ATTENTION` where it
     is on a CPU and runs SDPA or eager attention through transformers' attention interface;
@@ -111,11 +120,16 @@ def use_cpu_attention(model: Any) -> bool:
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu":
         return False
-    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    attention = attention_of(model)
     if attention == CPU_ATTENTION:
         return True
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if attention not in SWITCHABLE or not getattr(base, "_supports_attention_backend", False):
+    if attention not in SWITCHABLE or not getattr(_base(model), "_supports_attention_backend", False):
         return False
-    base.set_attn_implementation(CPU_ATTENTION)
+    _base(model).set_attn_implementation(CPU_ATTENTION)
     return True
+
+
+def restore_attention(model: Any, attention: str | None) -> None:
+    """Undo :func:`use_cpu_attention`: ``model`` back to ``attention``."""
+    if attention is not None and attention_of(model) != attention:
+        _base(model).set_attn_implementation(attention)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from alignflow.models.cpu_attention import CPU_ATTENTION, SWITCHABLE
+from alignflow.models.cpu_attention import attention_of, restore_attention, use_cpu_attention
 
 
 def contiguous_head_input(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -92,21 +92,17 @@ def categorical_draws() -> Iterator[None]:
 
 @contextlib.contextmanager
 def cpu_decoding(model: Any) -> Iterator[Any]:
-    """While generating with ``model`` on a CPU: :data:`CPU_ATTENTION` in place of SDPA or
-    eager attention, a contiguous input to the output head and :func:`categorical_draws`,
-    all undone on exit. ``model`` is yielded unchanged elsewhere."""
+    """While generating with ``model`` on a CPU: :func:`use_cpu_attention`, a contiguous input
+    to the output head and :func:`categorical_draws`, all undone on exit. ``model`` is yielded
+    unchanged elsewhere."""
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu":
         yield model
         return
-    config = getattr(model, "config", None)
-    attention = getattr(config, "_attn_implementation", None)
-    switch = attention in SWITCHABLE and hasattr(model, "set_attn_implementation")
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     with contextlib.ExitStack() as undo:
-        if switch:
-            model.set_attn_implementation(CPU_ATTENTION)
-            undo.callback(model.set_attn_implementation, attention)
+        undo.callback(restore_attention, model, attention_of(model))
+        use_cpu_attention(model)
         if isinstance(head, torch.nn.Module):
             undo.callback(head.register_forward_pre_hook(contiguous_head_input).remove)
         undo.enter_context(categorical_draws())
