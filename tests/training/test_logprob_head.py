@@ -144,3 +144,33 @@ def test_a_frozen_bf16_head_is_converted_to_fp32_once_and_again_after_it_changes
 
     trained = torch.nn.Parameter(weight.clone())  # a head that trains keeps its graph
     assert logprob_head._fp32_weight(trained).grad_fn is not None
+
+
+def test_the_streamed_pass_over_many_vocabulary_blocks_gives_the_whole_vocabularys_numbers(monkeypatch):
+    # blocks of 64 tokens (the last one partial) and passes of 7 rows: every running sum is
+    # rescaled as the maximum moves, and labels fall in every block, the last one included
+    monkeypatch.setattr(logprob_head, "VOCAB_BLOCK", 64)
+    monkeypatch.setattr(logprob_head, "ROWS_PER_PASS", 7)
+    torch.manual_seed(0)
+    weight = torch.randn(300, 32)
+    hidden = torch.randn(40, 32) * torch.linspace(0.1, 3.0, 40)[:, None]  # flat to peaked rows
+    labels = torch.randint(0, 300, (40,))
+    labels[:5] = torch.tensor([0, 63, 64, 256, 299])  # first, block edges and the last token
+    labels[5:10] = (hidden[5:10] @ weight.T).argmax(-1)  # the top token: is_top1 and a confident p
+
+    rows = hidden.clone().requires_grad_(True)
+    scores = label_logprobs(rows, weight, labels, temperature=0.7)
+    (scores["log_probs"].sum() + 0.3 * scores["entropy"].sum()).backward()
+
+    exact = hidden.double().requires_grad_(True)
+    logits = exact @ weight.double().T / 0.7
+    log_softmax = torch.log_softmax(logits, -1)
+    log_probs = log_softmax.gather(1, labels[:, None])[:, 0]
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    (log_probs.sum() + 0.3 * entropy.sum()).backward()
+
+    torch.testing.assert_close(scores["log_probs"].double(), log_probs.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scores["entropy"].double(), entropy.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scores["mean_logits"].double(), logits.mean(-1).detach(), atol=1e-5, rtol=1e-5)
+    assert torch.equal(scores["is_top1"], logits.argmax(-1) == labels) and scores["is_top1"][5:10].all()
+    torch.testing.assert_close(rows.grad.double(), exact.grad, atol=1e-4, rtol=1e-4)
