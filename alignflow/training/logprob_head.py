@@ -24,7 +24,8 @@ from alignflow.models.fp32_gemm import fp32_linear
 
 # the head is read in blocks of VOCAB_BLOCK tokens for up to ROWS_PER_PASS rows at once: a
 # [1024, 2048] fp32 block of logits is 8 MB, and the head streams from memory once per pass
-# instead of once per 64 rows (640 rows of SmolLM2 with their gradient: 0.47 -> ~0.2 s on a Zen 5, oneDNN included)
+# instead of once per 64 rows (640 rows of SmolLM2 with their gradient: 0.47 -> ~0.2 s on a
+# Zen 5, oneDNN included)
 VOCAB_BLOCK = 2048
 ROWS_PER_PASS = 1024
 ENTROPY_GRAD_ROWS = 64  # an entropy bonus's gradient (rare) takes whole [64, vocab] blocks
