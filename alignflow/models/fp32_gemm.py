@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 ONEDNN_MARGIN = 1.2  # oneDNN must beat torch's own fp32 product by this much to be used
 PROBE_SECONDS = 0.1  # per library
 PROBE_SHAPE = (512, 576, 2048)  # rows, inner, columns: a label head's block on a small LM
+# a layer with fewer weights keeps torch's product: it is over in microseconds, and on the demo's
+# 128-wide model the switch gained nothing while moving its losses in the third decimal
+MIN_LAYER_WEIGHTS = 2**17
 
 
 def _onednn_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -56,3 +61,62 @@ def fp32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and onednn_fp32_faster():
         return _onednn_product(x.contiguous(), w.contiguous())
     return x @ w.T
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """``F.linear`` in fp32 with its three products (output, input and weight gradients) on oneDNN."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, weight)
+        ctx.input_shape, ctx.has_bias = x.shape, bias is not None
+        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, weight = ctx.saved_tensors
+        grad = grad.reshape(-1, weight.shape[0])
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn_product(grad, weight.T).reshape(ctx.input_shape)
+        if ctx.needs_input_grad[1]:
+            grad_w = _onednn_product(grad.T, rows.T)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+class OneDnnLinear(torch.nn.Linear):
+    """A ``Linear`` whose fp32 CPU products run on oneDNN (outside autocast, which picks its own
+    dtype); anything else takes ``Linear``'s own path. Same parameters, same state dict."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            x.dtype == self.weight.dtype == torch.float32
+            and x.device.type == "cpu"
+            and self.weight.device.type == "cpu"
+            and not torch.is_autocast_enabled("cpu")
+        ):
+            return _OneDnnLinear.apply(x, self.weight, self.bias)
+        return super().forward(x)
+
+
+def use_onednn_linears(model: Any) -> int:
+    """Switch ``model``'s plain fp32 ``Linear`` layers on a CPU to :class:`OneDnnLinear` where
+    oneDNN is the faster library here; returns how many were switched. Small layers
+    (:data:`MIN_LAYER_WEIGHTS`) and layers of another class (quantised, LoRA wrappers) keep
+    theirs; the plain layers inside a wrapper are switched."""
+    linears = [
+        module
+        for module in model.modules()
+        if type(module) is torch.nn.Linear and module.weight.dtype == torch.float32
+        if module.weight.device.type == "cpu" and module.weight.numel() >= MIN_LAYER_WEIGHTS
+    ]
+    if not linears or not onednn_fp32_faster():
+        return 0
+    for module in linears:
+        module.__class__ = OneDnnLinear
+    return len(linears)

@@ -17,6 +17,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from alignflow.errors import InputError
 from alignflow.models.cpu_attention import use_cpu_attention
+from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
 
@@ -48,14 +49,17 @@ class StageTrainerMixin(_TrainerBase):
 
     half_precision_adapters: int = 0  # LoRA layers computing in their bf16/fp16 base's dtype
     cpu_attention: bool = False  # attention as plain matmuls on a CPU (alignflow.models.cpu_attention)
+    onednn_linears: int = 0  # fp32 Linear layers whose products run on oneDNN (alignflow.models.fp32_gemm)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.half_precision_adapters = compute_adapters_in_base_dtype(self.model)
         self.cpu_attention = use_cpu_attention(self.model)
+        self.onednn_linears = use_onednn_linears(self.model)
         reference = getattr(self, "ref_model", None)
         if reference is not None:
             use_cpu_attention(reference)
+            use_onednn_linears(reference)
         if self.args.disable_tqdm:
             from transformers.trainer_callback import PrinterCallback
 
@@ -69,6 +73,9 @@ class StageTrainerMixin(_TrainerBase):
             "compute.label_head": f"on ({calls} forwards)" if calls else "off",
             "compute.half_precision_adapters": str(self.half_precision_adapters),
             "compute.attention": "cpu matmuls" if self.cpu_attention else "as loaded",
+            "compute.fp32_products": (
+                f"oneDNN ({self.onednn_linears} layers)" if self.onednn_linears else "torch"
+            ),
         }
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from alignflow.models import fp32_gemm
-from alignflow.models.fp32_gemm import fp32_linear
+from alignflow.models.fp32_gemm import OneDnnLinear, fp32_linear, use_onednn_linears
 
 
 @pytest.mark.parametrize("use_onednn", [True, False])
@@ -34,3 +34,46 @@ def test_a_library_that_disagrees_with_torch_is_never_chosen(monkeypatch):
         assert fp32_gemm.onednn_fp32_faster() is False
     finally:
         fp32_gemm.onednn_fp32_faster.cache_clear()
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(512, 512),
+        torch.nn.GELU(),
+        torch.nn.Linear(512, 256, bias=False),
+        torch.nn.Linear(256, 4),
+    )
+
+
+def test_switched_layers_give_torchs_outputs_and_gradients_and_keep_their_state_dict(monkeypatch):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN")
+    monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: True)
+    ours, theirs = _mlp(), _mlp()
+    ours[2].weight.requires_grad_(False)  # a frozen layer: no weight gradient asked for
+    theirs[2].weight.requires_grad_(False)
+    assert use_onednn_linears(ours) == 2  # the 256 x 4 head is below the size worth switching
+    assert [type(m) for m in ours] == [OneDnnLinear, torch.nn.GELU, OneDnnLinear, torch.nn.Linear]
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+
+    x = torch.randn(3, 7, 512)
+    results = []
+    for model in (ours, theirs):
+        rows = x.clone().requires_grad_(True)
+        out = model(rows)
+        out.square().sum().backward()
+        results.append((out, rows.grad, [p.grad for p in model.parameters() if p.requires_grad]))
+    (out, grad, params), (their_out, their_grad, their_params) = results
+    for mine, torchs in zip([out, grad, *params], [their_out, their_grad, *their_params], strict=True):
+        assert (mine - torchs).norm() <= 1e-5 * torchs.norm()  # fp32 up to summation order
+    assert ours[2].weight.grad is None
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks the dtype, as for Linear
+        assert ours[0](x).dtype == theirs[0](x).dtype == torch.bfloat16
+
+
+def test_nothing_is_switched_where_onednn_is_not_faster(monkeypatch):
+    monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: False)
+    model = _mlp()
+    assert use_onednn_linears(model) == 0 and type(model[0]) is torch.nn.Linear
