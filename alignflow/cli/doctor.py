@@ -273,6 +273,7 @@ def check_cpu_fastest() -> Check:
     import torch
 
     from alignflow.models.cpu_dtype import cpu_bf16_units, cpu_gemm_rates, fastest_cpu_dtype
+    from alignflow.models.fp32_gemm import onednn_fp32_faster
 
     units = cpu_bf16_units()
     if not units:
@@ -280,9 +281,10 @@ def check_cpu_fastest() -> Check:
     else:
         rates = cpu_gemm_rates()
         chosen = "bf16" if fastest_cpu_dtype() == torch.bfloat16 else "fp32"
+        library = "oneDNN" if onednn_fp32_faster() else "torch's BLAS"
         said = (
             f"{chosen} ({' and '.join(units)}; GEMM bf16 {rates['bfloat16']:.0f} GFLOP/s, "
-            f"fp32 {rates['float32']:.0f} GFLOP/s)"
+            f"fp32 {rates['float32']:.0f} GFLOP/s on {library})"
         )
     return Check("dtype on CPU", True, f"model.dtype fastest: {said} on this CPU")
 

@@ -137,8 +137,14 @@ def test_fastest_dtype_says_what_it_resolves_to_on_this_cpu(monkeypatch):
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     monkeypatch.setattr(cpu_dtype, "cpu_gemm_rates", lambda: {"bfloat16": 2500.0, "float32": 300.0})
+    from alignflow.models import fp32_gemm
+
+    monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: False)
     (amx,) = check_training(config, gpu_count=0)
-    assert amx.ok and "bf16 (AMX; GEMM bf16 2500 GFLOP/s, fp32 300 GFLOP/s)" in amx.detail
+    assert amx.ok and "bf16 (AMX; GEMM bf16 2500 GFLOP/s, fp32 300 GFLOP/s on torch's BLAS)" in amx.detail
+    monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: True)  # an AMD EPYC, say
+    (amd,) = check_training(config, gpu_count=0)
+    assert "fp32 300 GFLOP/s on oneDNN)" in amd.detail
     monkeypatch.setattr(cpu_dtype, "cpu_gemm_rates", lambda: {"bfloat16": 165.0, "float32": 315.0})
     (slow,) = check_training(config, gpu_count=0)
     assert slow.ok and "fp32 (AMX; GEMM bf16 165 GFLOP/s" in slow.detail

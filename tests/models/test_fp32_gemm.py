@@ -77,3 +77,20 @@ def test_nothing_is_switched_where_onednn_is_not_faster(monkeypatch):
     monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: False)
     model = _mlp()
     assert use_onednn_linears(model) == 0 and type(model[0]) is torch.nn.Linear
+
+
+def test_the_fp32_peak_is_measured_on_the_library_the_stages_use(monkeypatch):
+    from alignflow.models import gemm_rate
+
+    monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: True)
+    monkeypatch.setattr(gemm_rate, "PROBE_SECONDS", 0.01)
+    calls = []
+    real = fp32_gemm._onednn_product
+    monkeypatch.setattr(fp32_gemm, "_onednn_product", lambda x, w: calls.append(1) or real(x, w))
+    gemm_rate.peak_gflops.cache_clear()
+    try:
+        assert gemm_rate.peak_gflops("float32", "cpu") > 0 and calls
+        calls.clear()
+        assert gemm_rate.peak_gflops("bfloat16", "cpu") > 0 and not calls
+    finally:
+        gemm_rate.peak_gflops.cache_clear()
