@@ -69,6 +69,12 @@ def test_switched_layers_give_torchs_outputs_and_gradients_and_keep_their_state_
         assert (mine - torchs).norm() <= 1e-5 * torchs.norm()  # fp32 up to summation order
     assert ours[2].weight.grad is None
 
+    with torch.no_grad():  # an optimiser step updates the weights in place: no stale copy is used
+        ours[0].weight.mul_(0.5)
+        theirs[0].weight.mul_(0.5)
+        mine, torchs = ours(x), theirs(x)
+    assert (mine - torchs).norm() <= 1e-5 * torchs.norm()
+
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks the dtype, as for Linear
         assert ours[0](x).dtype == theirs[0](x).dtype == torch.bfloat16
 
