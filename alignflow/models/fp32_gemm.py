@@ -57,8 +57,15 @@ def onednn_fp32_faster() -> bool:
 
 
 def fp32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``x @ w.T`` for 2-D fp32 CPU tensors outside autograd, by whichever library is faster here."""
-    if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and onednn_fp32_faster():
+    """``x @ w.T`` for 2-D fp32 CPU tensors, by whichever library is faster here; a product that
+    autograd must track stays torch's (the oneDNN call has no gradient of its own)."""
+    tracked = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    if (
+        x.dtype == w.dtype == torch.float32
+        and x.device.type == "cpu"
+        and not tracked
+        and onednn_fp32_faster()
+    ):
         return _onednn_product(x.contiguous(), w.contiguous())
     return x @ w.T
 

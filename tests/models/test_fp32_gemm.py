@@ -24,6 +24,8 @@ def test_the_product_matches_torchs_whichever_library_runs_it(monkeypatch, use_o
     calls.clear()
     half = fp32_linear(x.bfloat16(), w.bfloat16())  # not fp32: torch's own product
     assert half.dtype == torch.bfloat16 and not calls
+    tracked = fp32_linear(x, w.clone().requires_grad_(True))  # autograd needs torch's product
+    assert tracked.grad_fn is not None and not calls
 
 
 def test_a_library_that_disagrees_with_torch_is_never_chosen(monkeypatch):
