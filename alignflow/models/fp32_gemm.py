@@ -24,8 +24,8 @@ PROBE_SHAPE = (512, 576, 2048)  # rows, inner, columns: a label head's block on 
 MIN_LAYER_WEIGHTS = 2**17
 
 
-def _onednn_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+def _onednn_product(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
 
 
 def _rate(product, x: torch.Tensor, w: torch.Tensor) -> float:
@@ -78,8 +78,7 @@ class _OneDnnLinear(torch.autograd.Function):
         rows = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, weight)
         ctx.input_shape, ctx.has_bias = x.shape, bias is not None
-        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], weight.shape[0])
+        return _onednn_product(rows, weight, bias).reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     @once_differentiable
