@@ -36,20 +36,15 @@ TIMED_STEPS = int(os.environ.get("ALIGNFLOW_BENCH_STEPS", 5))
 PARITY_STEPS = int(os.environ.get("ALIGNFLOW_BENCH_PARITY_STEPS", 6))
 NEW_TOKENS = 32
 GEMM_SIZE = 2048
+GEMM_SECONDS = 3.0
 
 
-def gemm_peak_gflops(dtype: Any, size: int = GEMM_SIZE, repeats: int = 5) -> float:
-    """Best of ``repeats`` square matmuls: the machine's practical ceiling at ``dtype``."""
-    import torch
+def gemm_peak_gflops(dtype: Any, size: int = GEMM_SIZE, seconds: float = GEMM_SECONDS) -> float:
+    """The machine's practical ceiling at ``dtype``: the fastest square matmul over ``seconds`` of
+    back-to-back products (``alignflow.models.gemm_rate``), long enough for AMX to warm up."""
+    from alignflow.models.gemm_rate import measure_gflops
 
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b  # warm-up: thread pool and kernels
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return measure_gflops(str(dtype).removeprefix("torch."), "cpu", size, seconds)
 
 
 def training_rows(tokenizer: Any, n: int) -> list[str]:

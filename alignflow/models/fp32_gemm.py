@@ -10,11 +10,12 @@ read off the vendor string.
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from alignflow.models.gemm_rate import best_calls_per_second
 
 ONEDNN_MARGIN = 1.2  # oneDNN must beat torch's own fp32 product by this much to be used
 PROBE_SECONDS = 0.1  # per library
@@ -26,15 +27,6 @@ MIN_LAYER_WEIGHTS = 2**17
 
 def _onednn_product(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
-
-
-def _rate(product, x: torch.Tensor, w: torch.Tensor) -> float:
-    product(x, w)  # kernels picked and memory allocated: not timed
-    runs, started = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < PROBE_SECONDS:
-        product(x, w)
-        runs += 1
-    return runs / elapsed
 
 
 @functools.cache
@@ -53,7 +45,8 @@ def onednn_fp32_faster() -> bool:
     if not agrees:
         return False
     with torch.no_grad():
-        return _rate(_onednn_product, x, w) >= ONEDNN_MARGIN * _rate(lambda a, b: a @ b.T, x, w)
+        onednn = best_calls_per_second(lambda: _onednn_product(x, w), PROBE_SECONDS)
+        return onednn >= ONEDNN_MARGIN * best_calls_per_second(lambda: x @ w.T, PROBE_SECONDS)
 
 
 def fp32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

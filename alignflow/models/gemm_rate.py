@@ -5,33 +5,55 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
-PROBE_SECONDS = 0.5
+# a CPU's matrix units can take most of a second to reach full speed: AMX on a 2-core Xeon
+# (family 6 model 207) multiplied bf16 at ~760 GFLOP/s for its first 0.6 s of work, then ~1,950,
+# and fell back after a pause of 50 ms; a GPU is timed in its steady state within a fraction of it
+PROBE_SECONDS = {"cpu": 1.5, "cuda": 0.5}
+PROBE_SIZE = {"cpu": 2048, "cuda": 4096}
 
 
 @functools.cache
 def peak_gflops(dtype: str, device: str) -> float:
-    """The GEMM rate one device reaches here and now, in GFLOP/s: square matmuls in ``dtype``
-    (a torch dtype name) on ``device`` for :data:`PROBE_SECONDS`. Measured once per process,
-    beside the training it is compared with (same machine, same load, same torch settings)
-    rather than taken from a datasheet the machine may not reach."""
+    """The GEMM rate one device reaches here and now, in GFLOP/s (:func:`measure_gflops` at the
+    device's probe size and time). Measured once per process, beside the training it is compared
+    with (same machine, same load, same torch settings) rather than taken from a datasheet the
+    machine may not reach."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return measure_gflops(dtype, device, PROBE_SIZE[kind], PROBE_SECONDS[kind])
+
+
+def measure_gflops(dtype: str, device: str, size: int, seconds: float) -> float:
+    """The fastest rate square ``size`` matmuls in ``dtype`` (a torch dtype name) reach on
+    ``device`` over ``seconds`` of back-to-back products: the ceiling, once the units are warm."""
     import torch
 
     from alignflow.models.fp32_gemm import fp32_linear
 
     on = torch.device(device)
-    size = 4096 if on.type == "cuda" else 1024
     a, b = (torch.randn(size, size, device=on).to(getattr(torch, dtype)) for _ in range(2))
     sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
     repeats = 10 if on.type == "cuda" else 1  # a sync per launch would time the launches
     # fp32 on a CPU: the library the stages' fp32 products use (oneDNN where it is faster)
     multiply = (lambda: fp32_linear(a, b)) if on.type == "cpu" and dtype == "float32" else (lambda: a @ b)
-    multiply()  # the first product picks kernels and allocates: not timed
+    return 2 * size**3 * best_calls_per_second(multiply, seconds, sync=sync, batch=repeats) / 1e9
+
+
+def best_calls_per_second(
+    call: Callable[[], object], seconds: float, *, sync: Callable[[], object] = lambda: None, batch: int = 1
+) -> float:
+    """The fastest rate ``call`` ran at, per round of ``batch`` calls, over ``seconds`` of rounds
+    after one untimed call (which picks kernels and allocates). The best round rather than the
+    mean, so a slow start (units warming up, a neighbour's burst) does not lower the ceiling.
+    ``sync`` waits for queued device work once a round: a wait per launch would time launches."""
+    call()
     sync()
-    runs, started = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < PROBE_SECONDS:
-        for _ in range(repeats):
-            multiply()
+    best, started = 0.0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        round_started = time.perf_counter()
+        for _ in range(batch):
+            call()
         sync()
-        runs += repeats
-    return 2 * size**3 * runs / elapsed / 1e9
+        best = max(best, batch / (time.perf_counter() - round_started))
+    return best

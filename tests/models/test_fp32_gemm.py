@@ -91,7 +91,7 @@ def test_the_fp32_peak_is_measured_on_the_library_the_stages_use(monkeypatch):
     from alignflow.models import gemm_rate
 
     monkeypatch.setattr(fp32_gemm, "onednn_fp32_faster", lambda: True)
-    monkeypatch.setattr(gemm_rate, "PROBE_SECONDS", 0.01)
+    monkeypatch.setitem(gemm_rate.PROBE_SECONDS, "cpu", 0.01)
     calls = []
     real = fp32_gemm._onednn_product
     monkeypatch.setattr(fp32_gemm, "_onednn_product", lambda *a: calls.append(1) or real(*a))
