@@ -51,8 +51,23 @@ class StageTrainerMixin(_TrainerBase):
     cpu_attention: bool = False  # attention as plain matmuls on a CPU (alignflow.models.cpu_attention)
     onednn_linears: int = 0  # fp32 Linear layers whose products run on oneDNN (alignflow.models.fp32_gemm)
 
+    _fast_paths_on: bool = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.use_fast_paths()
+        if self.args.disable_tqdm:
+            from transformers.trainer_callback import PrinterCallback
+
+            self.remove_callback(PrinterCallback)
+
+    def use_fast_paths(self) -> None:
+        """Switch the policy (and a separate reference) to alignflow's faster CPU paths, once:
+        after the base constructor, or earlier where that constructor runs the model itself
+        (TRL's DPO computes its reference log-probs there)."""
+        if self._fast_paths_on:
+            return
+        self._fast_paths_on = True
         self.half_precision_adapters = compute_adapters_in_base_dtype(self.model)
         self.cpu_attention = use_cpu_attention(self.model)
         self.onednn_linears = use_onednn_linears(self.model)
@@ -60,10 +75,6 @@ class StageTrainerMixin(_TrainerBase):
         if reference is not None:
             use_cpu_attention(reference)
             use_onednn_linears(reference)
-        if self.args.disable_tqdm:
-            from transformers.trainer_callback import PrinterCallback
-
-            self.remove_callback(PrinterCallback)
 
     def compute_paths(self) -> dict[str, str]:
         """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs

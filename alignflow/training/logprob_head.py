@@ -279,7 +279,13 @@ class LabelHeadMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if getattr(self, "use_weighting", False):
+        self.install_label_heads()
+
+    def install_label_heads(self) -> None:
+        """Install the head on the policy (and a separate reference), once: after TRL's
+        constructor, or earlier where that constructor already scores with the model (DPO's
+        reference pass), once TRL has patched its own head in."""
+        if self._label_head_model is not None or getattr(self, "use_weighting", False):
             return
         temperature = float(getattr(self, "temperature", 1.0))
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model

@@ -167,6 +167,7 @@ class CachedReferenceMixin(_DPOTrainerBase):
         cached = load_cached(path, len(dataset))
         computed = cached is None
         if cached is None:  # i.e. computed (this form narrows the type)
+            self._use_faster_paths_now()
             model = self.ref_model or self.model
             assert model is not None  # the trainer was built with its model
             was_training = model.training
@@ -188,6 +189,12 @@ class CachedReferenceMixin(_DPOTrainerBase):
         return dataset.add_column("ref_chosen_logps", chosen.tolist()).add_column(
             "ref_rejected_logps", rejected.tolist()
         )
+
+    def _use_faster_paths_now(self) -> None:
+        """TRL runs this pass inside its constructor, before the other mixins' ``__init__`` code
+        has switched the model to the label head and the faster CPU paths: switch them now."""
+        for switch in ("use_fast_paths", "install_label_heads"):
+            getattr(self, switch, lambda: None)()
 
     def _record_reference_event(
         self, split: str, computed: bool, rows: int, seconds: float, path: Path

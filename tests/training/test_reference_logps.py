@@ -73,8 +73,12 @@ def test_cached_training_equals_training_against_the_live_reference(
     )
 
 
-def test_length_sorted_log_probs_equal_trls_own_precompute(demo_config, demo_snapshot, tiny_policy, tmp_path):
-    """The sorted, cached pass gives TRL's numbers for every row, in the dataset's order."""
+@pytest.mark.parametrize("lora", [False, True])
+def test_length_sorted_log_probs_equal_trls_own_precompute(demo_snapshot, tiny_policy, tmp_path, lora):
+    """The sorted, cached pass gives TRL's numbers for every row, in the dataset's order; with
+    LoRA (a frozen head) it already scores with alignflow's label head, though TRL runs it
+    inside its constructor, before the head would otherwise be installed."""
+    from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
@@ -91,16 +95,15 @@ def test_length_sorted_log_probs_equal_trls_own_precompute(demo_config, demo_sna
         use_cpu=True,
         bf16=False,
     )
+    common = dict(train_dataset=dataset, processing_class=tokenizer)
+    if lora:
+        common["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
     ours = AlignflowDPOTrainer(
-        model=str(tiny_policy),
-        args=DPOConfig(**args),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        reference_cache_dir=tmp_path / "cache",
+        model=str(tiny_policy), args=DPOConfig(**args), reference_cache_dir=tmp_path / "cache", **common
     )
-    theirs = DPOTrainer(
-        model=str(tiny_policy), args=DPOConfig(**args), train_dataset=dataset, processing_class=tokenizer
-    )
+    # 40 rows in batches of 7: six forwards of the reference (nothing trained yet)
+    assert ours.label_head_calls == (6 if lora else 0), "a trainable head keeps TRL's path"
+    theirs = DPOTrainer(model=str(tiny_policy), args=DPOConfig(**args), **common)
     for column in ("ref_chosen_logps", "ref_rejected_logps"):
         assert torch.tensor(ours.train_dataset[column]) == pytest.approx(
             torch.tensor(theirs.train_dataset[column]), abs=1e-4
