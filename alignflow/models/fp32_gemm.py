@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from alignflow.models.gemm_rate import best_calls_per_second
+from alignflow.models.call_rate import best_calls_per_second
 
 ONEDNN_MARGIN = 1.2  # oneDNN must beat torch's own fp32 product by this much to be used
 PROBE_SECONDS = 0.1  # per library

@@ -4,8 +4,8 @@ for the dtype ``model.dtype: fastest`` picks on a CPU, so both read the same mea
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
+
+from alignflow.models.call_rate import best_calls_per_second
 
 # a CPU's matrix units can take most of a second to reach full speed: AMX on a 2-core Xeon
 # (family 6 model 207) multiplied bf16 at ~760 GFLOP/s for its first 0.6 s of work, then ~1,950,
@@ -38,22 +38,3 @@ def measure_gflops(dtype: str, device: str, size: int, seconds: float) -> float:
     # fp32 on a CPU: the library the stages' fp32 products use (oneDNN where it is faster)
     multiply = (lambda: fp32_linear(a, b)) if on.type == "cpu" and dtype == "float32" else (lambda: a @ b)
     return 2 * size**3 * best_calls_per_second(multiply, seconds, sync=sync, batch=repeats) / 1e9
-
-
-def best_calls_per_second(
-    call: Callable[[], object], seconds: float, *, sync: Callable[[], object] = lambda: None, batch: int = 1
-) -> float:
-    """The fastest rate ``call`` ran at, per round of ``batch`` calls, over ``seconds`` of rounds
-    after one untimed call (which picks kernels and allocates). The best round rather than the
-    mean, so a slow start (units warming up, a neighbour's burst) does not lower the ceiling.
-    ``sync`` waits for queued device work once a round: a wait per launch would time launches."""
-    call()
-    sync()
-    best, started = 0.0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        round_started = time.perf_counter()
-        for _ in range(batch):
-            call()
-        sync()
-        best = max(best, batch / (time.perf_counter() - round_started))
-    return best
