@@ -9,7 +9,8 @@ on SmolLM2 (2 Zen 5 cores) the casts and fp32 tensors as wide as the layer's out
 over half of GRPO's policy forward. :func:`compute_adapters_in_base_dtype` makes the adapter's
 product run in the base layer's dtype with its weights cast on the fly: the weights, their
 gradients' destination and the optimiser stay fp32, as under autocast; the layer's output,
-bf16 either way, differs by the rounding of the adapter's share.
+bf16 either way, differs by the rounding of the adapter's share. Where a layer is PEFT's plain
+``Linear``, the base and adapter products also run as one (:mod:`alignflow.models.lora_product`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ class InputDtypeLinear(torch.nn.Linear):
 
 def compute_adapters_in_base_dtype(model: Any) -> int:
     """Switch the plain LoRA layers of ``model`` whose base weights are bf16/fp16 on a CPU to
-    compute their adapters in that dtype; how many layers were switched. DoRA and other
+    compute their adapters in that dtype, fused with the base product where PEFT's forward is
+    the plain one; how many layers were switched. DoRA and other
     variants, full-precision bases and other devices keep PEFT's path."""
     from peft.tuners.lora import Linear as LoraLinear
+
+    from alignflow.models.lora_product import use_lora_products
 
     switched = 0
     for module in model.modules():
@@ -49,5 +53,6 @@ def compute_adapters_in_base_dtype(model: Any) -> int:
         for layer in adapters:
             layer.__class__ = InputDtypeLinear
         module.cast_input_dtype_enabled = False  # the input stays in the base dtype
+        use_lora_products(module)
         switched += 1
     return switched

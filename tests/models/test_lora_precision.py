@@ -25,12 +25,13 @@ def _lora_lm(dtype: torch.dtype, seed: int = 0):
     return peft
 
 
-def _adapter_output_dtypes(model) -> set[torch.dtype]:
+def _output_dtypes(model, suffix: str) -> set[torch.dtype]:
+    """The dtypes of what the modules whose names end with ``suffix`` returned in one forward."""
     seen: set[torch.dtype] = set()
     hooks = [
         m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
         for name, m in model.named_modules()
-        if name.endswith("lora_A.default")
+        if name.endswith(suffix)
     ]
     model(input_ids=torch.tensor([[1, 2, 3, 4]]))
     for hook in hooks:
@@ -40,10 +41,18 @@ def _adapter_output_dtypes(model) -> set[torch.dtype]:
 
 def test_adapters_over_bf16_weights_compute_in_bf16_with_fp32_weights():
     model = _lora_lm(torch.bfloat16)
-    assert _adapter_output_dtypes(model) == {torch.float32}  # PEFT's own path
+    assert _output_dtypes(model, "lora_A.default") == {torch.float32}  # PEFT's own path
     layers = compute_adapters_in_base_dtype(model)
     assert layers == 2 * 7  # every adapted linear layer of both blocks
-    assert _adapter_output_dtypes(model) == {torch.bfloat16}
+    # the plain case runs base and adapter as one bf16 product (alignflow.models.lora_product)
+    assert _output_dtypes(model, "mlp.up_proj") == {torch.bfloat16}
+    assert _output_dtypes(model, "lora_A.default") == set()
+    # where PEFT's path runs (dropout while training), the adapters' products are bf16 too
+    for name, module in model.named_modules():
+        if name.endswith("lora_dropout"):
+            module["default"] = torch.nn.Dropout(0.1)
+    model.train()
+    assert _output_dtypes(model, "lora_A.default") == {torch.bfloat16}
     adapters = [p for name, p in model.named_parameters() if "lora_" in name]
     assert all(p.dtype == torch.float32 for p in adapters)
     assert compute_adapters_in_base_dtype(model) == layers  # a second call changes nothing
