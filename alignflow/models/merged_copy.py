@@ -9,6 +9,8 @@ optimiser step costs one ``B @ A`` per adapted layer, nothing against a decode.
 
 PEFT's own ``merge_adapter`` / ``unmerge_adapter`` would do it in place, but in bf16 the
 round trip leaves rounding error in the frozen base weights that accumulates step by step.
+A bf16 copy on a CPU keeps its linear layers' weights in oneDNN's layout
+(:mod:`alignflow.models.packed_linear`), laid out again at each refresh.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import copy
 from typing import Any
 
 import torch
+
+from alignflow.models.packed_linear import PackedLinear, pack_linears
 
 PEFT_PREFIX = "base_model.model."
 
@@ -84,6 +88,7 @@ class MergedCopy:
         self.model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
+        self.packed_layers = pack_linears(self.model)
 
     @torch.no_grad()
     def refresh(self, peft_model: Any) -> Any:
@@ -93,6 +98,10 @@ class MergedCopy:
             if adapter not in layer.lora_A:
                 continue
             base = layer.get_base_layer().weight
-            merged = base.float() + layer.get_delta_weight(adapter).float()
-            self.model.get_submodule(name).weight.copy_(merged.to(base.dtype))
+            merged = (base.float() + layer.get_delta_weight(adapter).float()).to(base.dtype)
+            target = self.model.get_submodule(name)
+            if isinstance(target, PackedLinear):
+                target.load_weight(merged)
+            else:
+                target.weight.copy_(merged)
         return self.model
