@@ -63,7 +63,8 @@ MAX_COMPLETION = 40
 LEARNING_RATE = {"dpo": 5e-4, "grpo": 2e-4}
 BETA = 0.1
 HELD_OUT_PAIRS = 48
-REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 2))
+# three: one run slowed by the machine cannot move a median of three (two runs' median is their mean)
+REPEATS = int(os.environ.get("ALIGNFLOW_BENCH_REPEATS", 3))
 CASES = ("dpo:alignflow", "dpo:trl", "grpo:alignflow", "grpo:trl")
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 
@@ -345,6 +346,7 @@ def _trainer_records() -> list[dict[str, Any]]:
                     "batch": self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps,
                     "num_tokens": max((h.get("num_tokens", 0) for h in history), default=0),
                     "rewards": [h["reward"] for h in history if "reward" in h],
+                    "dtype": str(self.model.get_input_embeddings().weight.dtype).removeprefix("torch."),
                     "losses": [h["loss"] for h in history if "loss" in h],
                 }
             )
@@ -386,6 +388,7 @@ def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
         "num_tokens": run["num_tokens"],
         "peak_rss_mb": rss,
         "seed": seed,
+        "dtype": run["dtype"],  # what the loop trained in (`model.dtype: fastest` decides per process)
     }
     stage = case.split(":")[0]
     if stage == "dpo":
@@ -424,10 +427,28 @@ def _load_note(r: dict[str, Any]) -> str:
 
 
 def _peak_note(r: dict[str, Any]) -> str:
-    measured = r.get("peak_gflops_measured")
-    if not measured:
-        return "measured in this run"
-    return "the higher of {before:.0f} before the cases and {after:.0f} after them".format(**measured)
+    return "the higher of {before:.0f} before the cases and {after:.0f} after them".format(
+        **r["peak_gflops_measured"]
+    )
+
+
+def trained_dtypes(r: dict[str, Any]) -> dict[str, list[str]]:
+    """Per case, the weights' dtype each of its runs trained in (from the trainer's model)."""
+    return {name: [run["dtype"] for run in case["runs"]] for name, case in r["cases"].items()}
+
+
+def _dtype_note(r: dict[str, Any]) -> str:
+    """The dtype every run trained in, or which runs differed from the one the peak is for."""
+    differing = {
+        name: dtypes for name, dtypes in trained_dtypes(r).items() if any(d != r["dtype"] for d in dtypes)
+    }
+    if not differing:
+        return f"{r['dtype']} weights + LoRA r16 on every linear layer, both sides, every run"
+    runs = "; ".join(f"{name}: {', '.join(dtypes)}" for name, dtypes in differing.items())
+    return (
+        f"LoRA r16 on every linear layer; weights by run, where not {r['dtype']}: {runs} "
+        f"(those runs' MFU is priced against the {r['dtype']} peak all the same)"
+    )
 
 
 def _markdown(r: dict[str, Any]) -> str:
@@ -437,8 +458,8 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         f"Machine: {r['machine']} ({r['cpu']}); {r['threads']} threads; "
         f"{r['dtype']} GEMM peak {r['peak_gflops']:.0f} GFLOP/s "
-        f"({_peak_note(r)}). {r['parameters'] / 1e6:.1f}M parameters; {r['dtype']} weights + LoRA r16 "
-        f"on every linear layer, both sides. Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
+        f"({_peak_note(r)}). {r['parameters'] / 1e6:.1f}M parameters; {_dtype_note(r)}. "
+        f"Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
         "",
         "| case | steps | rows/s (train loop, after step 1; min-max) | tokens/s | rows/s (whole call) "
         "| MFU | peak RSS MB "
@@ -503,7 +524,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
 
     started = time.perf_counter()
     dtype = weights_dtype()
-    peak_before = gemm_peak_gflops(dtype)
+    peaks = {"before": gemm_peak_gflops(dtype)}
     with tempfile.TemporaryDirectory(prefix="alignflow-trl-bench-") as tmp:
         root = Path(tmp)
         prepare(root)
@@ -511,7 +532,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         for repeat in range(repeats):
             for case in abba_order(repeat):
                 runs[case].append(_child(case, root, root / f"{case.replace(':', '-')}-{repeat}", repeat))
-    peaks = {"before": peak_before, "after": gemm_peak_gflops(dtype)}
+    peaks["after"] = gemm_peak_gflops(dtype)
     peak = max(peaks.values())
     n_params = _parameters(smollm2_path())
     cases = {case: _median(r) for case, r in runs.items()}
@@ -543,6 +564,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
     }
     result["dpo_held_out_loss_max_difference"] = max(abs(a - b) for a, b in paired_losses(result))
+    result["trained_dtypes"] = trained_dtypes(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
     return result

@@ -1,0 +1,43 @@
+"""The TRL bench's table says which dtype each run trained in, from the runs, not the config."""
+
+from __future__ import annotations
+
+from bench.real_model_trl_bench import _markdown, trained_dtypes
+
+
+def _case(dtypes: list[str], loss: float | None = None) -> dict:
+    runs = [{"dtype": d, "rows_per_s": 1.0 + i, "held_out_loss": loss} for i, d in enumerate(dtypes)]
+    case = {"steps": 4, "rows_per_s": 1.5, "tokens_per_s": 100.0, "call_rows_per_s": 1.0, "mfu": 0.2}
+    case |= {"peak_rss_mb": 1000.0, "runs": runs}
+    if loss is None:
+        return case | {"held_out_reward": 0.2, "mean_reward": 0.1}
+    return case | {"held_out_loss": loss}
+
+
+def _result(ours_dpo: list[str]) -> dict:
+    bf16 = ["bfloat16"] * len(ours_dpo)
+    cases = {
+        "dpo:alignflow": _case(ours_dpo, 0.70),
+        "dpo:trl": _case(bf16, 0.71),
+        "grpo:alignflow": _case(bf16),
+        "grpo:trl": _case(bf16),
+    }
+    return {
+        "machine": "x86_64", "cpu": "a CPU", "threads": 2, "dtype": "bfloat16", "peak_gflops": 900.0,
+        "peak_gflops_measured": {"before": 890.0, "after": 900.0}, "parameters": 134_515_008,
+        "repeats": len(ours_dpo), "cases": cases, "ratios": {}, "warm_up_s": 5.0,
+        "load_average_1min_at_end": 1.0, "wall_s": 100.0,
+    }  # fmt: skip
+
+
+def test_a_run_that_trained_in_another_dtype_is_named_in_the_header():
+    result = _result(["bfloat16", "float32", "bfloat16"])
+    assert trained_dtypes(result)["dpo:alignflow"] == ["bfloat16", "float32", "bfloat16"]
+    header = _markdown(result).splitlines()[2]
+    assert "dpo:alignflow: bfloat16, float32, bfloat16" in header
+    assert "every run" not in header and "grpo" not in header
+
+
+def test_runs_all_in_the_peak_s_dtype_say_so():
+    header = _markdown(_result(["bfloat16"] * 3)).splitlines()[2]
+    assert "bfloat16 weights + LoRA r16 on every linear layer, both sides, every run" in header
