@@ -564,7 +564,6 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
     }
     result["dpo_held_out_loss_max_difference"] = max(abs(a - b) for a, b in paired_losses(result))
-    result["trained_dtypes"] = trained_dtypes(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
     return result

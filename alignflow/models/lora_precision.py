@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-HALF = (torch.bfloat16, torch.float16)
+from alignflow.models.lora_product import HALF, use_lora_products
 
 
 class InputDtypeLinear(torch.nn.Linear):
@@ -37,8 +37,6 @@ def compute_adapters_in_base_dtype(model: Any) -> int:
     the plain one; how many layers were switched. DoRA and other
     variants, full-precision bases and other devices keep PEFT's path."""
     from peft.tuners.lora import Linear as LoraLinear
-
-    from alignflow.models.lora_product import use_lora_products
 
     switched = 0
     for module in model.modules():

@@ -99,9 +99,8 @@ class ProductLoraLinear(LoraLinear):
         return LoraProduct.apply(x, base.weight, base.bias, a, b, float(self.scaling[name]))
 
 
-def use_lora_products(module: torch.nn.Module) -> bool:
-    """Make a PEFT LoRA ``Linear`` a :class:`ProductLoraLinear` (its forward decides per call);
-    whether it is one now. Other LoRA layer types (quantised, convolutions) stay as they are."""
+def use_lora_products(module: torch.nn.Module) -> None:
+    """Make a PEFT LoRA ``Linear`` a :class:`ProductLoraLinear` (its forward decides per call).
+    Other LoRA layer types (quantised, convolutions) stay as they are."""
     if type(module) is LoraLinear:
         module.__class__ = ProductLoraLinear
-    return type(module) is ProductLoraLinear

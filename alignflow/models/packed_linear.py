@@ -11,6 +11,7 @@ refresh instead. Inference only: the packed weight has no gradient.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -20,9 +21,10 @@ import torch
 LAYOUT_ROWS = 16
 
 
+@functools.cache
 def onednn_bf16() -> bool:
     """Whether oneDNN computes bf16 products on this CPU (it refuses on CPUs without AVX-512 or
-    AVX-NE-CONVERT)."""
+    AVX-NE-CONVERT); asked once per process, not once per layer."""
     return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
