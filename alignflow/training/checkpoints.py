@@ -20,6 +20,7 @@ from alignflow.models.cpu_attention import use_cpu_attention
 from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
+from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
@@ -36,7 +37,7 @@ class TrainingDiverged(InputError):
     """The training loss or the trained weights went NaN or infinite: the run must not hand on a model."""
 
 
-class StageTrainerMixin(_TrainerBase):
+class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
     """What every stage's trainer adds to its TRL/transformers base class.
 
     Checkpoints are written into a staging folder, then renamed into place: a crash (even
@@ -55,16 +56,14 @@ class StageTrainerMixin(_TrainerBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.use_fast_paths()
         if self.args.disable_tqdm:
             from transformers.trainer_callback import PrinterCallback
 
             self.remove_callback(PrinterCallback)
 
-    def use_fast_paths(self) -> None:
-        """Switch the policy (and a separate reference) to alignflow's faster CPU paths, once:
-        after the base constructor, or earlier where that constructor runs the model itself
-        (TRL's DPO computes its reference log-probs there)."""
+    def prepare_models(self) -> None:
+        """Switch the policy (and a separate reference) to alignflow's faster CPU paths, once."""
+        super().prepare_models()
         if self._fast_paths_on:
             return
         self._fast_paths_on = True

@@ -21,6 +21,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from alignflow.models.fp32_gemm import fp32_linear
+from alignflow.training.model_preparation import PreparedModelsMixin
 
 # the head is read in blocks of VOCAB_BLOCK tokens for up to ROWS_PER_PASS rows at once: a
 # [1024, 2048] fp32 block of logits is 8 MB, and the head streams from memory once per pass
@@ -267,7 +268,7 @@ def install_label_head(
     return True
 
 
-class LabelHeadMixin:
+class LabelHeadMixin(PreparedModelsMixin):
     """For TRL trainers that patch the fused head: after TRL's ``__init__``, the policy (and a
     separate reference) score only the labelled positions on a CPU. ``label_head`` says
     whether it is in use (TRL's head stays for WPO's weights, which need ``log_sum_sq_probs``)."""
@@ -277,14 +278,10 @@ class LabelHeadMixin:
     ref_model: Any
     _label_head_model: Any = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.install_label_heads()
-
-    def install_label_heads(self) -> None:
-        """Install the head on the policy (and a separate reference), once: after TRL's
-        constructor, or earlier where that constructor already scores with the model (DPO's
-        reference pass), once TRL has patched its own head in."""
+    def prepare_models(self) -> None:
+        """Install the head on the policy (and a separate reference), once, over the head TRL
+        patched in (DPO's early reference pass runs after that patch)."""
+        super().prepare_models()
         if self._label_head_model is not None or getattr(self, "use_weighting", False):
             return
         temperature = float(getattr(self, "temperature", 1.0))

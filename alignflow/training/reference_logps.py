@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from alignflow.training.batching import padded_lengths
+from alignflow.training.model_preparation import PreparedModelsMixin
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def store(path: Path, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
     os.replace(partial, path)
 
 
-class CachedReferenceMixin(_DPOTrainerBase):
+class CachedReferenceMixin(PreparedModelsMixin, _DPOTrainerBase):
     """For TRL's DPOTrainer run with ``precompute_ref_log_probs``: precompute through the cache.
 
     TRL computes the reference log-probs in its constructor, in dataset order, and keeps
@@ -167,7 +168,7 @@ class CachedReferenceMixin(_DPOTrainerBase):
         cached = load_cached(path, len(dataset))
         computed = cached is None
         if cached is None:  # i.e. computed (this form narrows the type)
-            self._use_faster_paths_now()
+            self.prepare_models()  # TRL runs this pass inside its constructor: switch the models first
             model = self.ref_model or self.model
             assert model is not None  # the trainer was built with its model
             was_training = model.training
@@ -189,12 +190,6 @@ class CachedReferenceMixin(_DPOTrainerBase):
         return dataset.add_column("ref_chosen_logps", chosen.tolist()).add_column(
             "ref_rejected_logps", rejected.tolist()
         )
-
-    def _use_faster_paths_now(self) -> None:
-        """TRL runs this pass inside its constructor, before the other mixins' ``__init__`` code
-        has switched the model to the label head and the faster CPU paths: switch them now."""
-        for switch in ("use_fast_paths", "install_label_heads"):
-            getattr(self, switch, lambda: None)()
 
     def _record_reference_event(
         self, split: str, computed: bool, rows: int, seconds: float, path: Path
