@@ -58,22 +58,29 @@ PLATFORMS = [
 ]
 
 
-def exclude_payload() -> None:
-    """``/.gpu/`` in ``.git/info/exclude``: never committed, carried by name."""
+def exclude_payload(*patterns: str) -> None:
+    """The payload's folders (``/.gpu/`` unless named) in ``.git/info/exclude``: never committed,
+    carried by name."""
     exclude = REPO / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     lines = exclude.read_text().splitlines() if exclude.exists() else []
-    if "/.gpu/" not in lines:
-        exclude.write_text("\n".join([*lines, "/.gpu/"]) + "\n")
+    added = [p for p in patterns or ("/.gpu/",) if p not in lines]
+    if added:
+        exclude.write_text("\n".join([*lines, *added]) + "\n")
 
 
 def pins(names: list[str]) -> list[str]:
+    """The lock's ``name==version`` lines for ``names``, however each spells its separators."""
     lock = (REPO / "requirements" / "lock.txt").read_text()
-    found = [m.group(0) for name in names if (m := re.search(rf"(?im)^{re.escape(name)}==\S+", lock))]
-    missing = sorted(set(names) - {p.split("==")[0].lower() for p in found})
+    found: dict[str, str] = {}
+    for name in names:
+        spelled = "[-_.]+".join(re.escape(word) for word in _normalise(name).split("_"))
+        if m := re.search(rf"(?im)^{spelled}==\S+", lock):
+            found[name] = m.group(0)
+    missing = sorted(set(names) - set(found))
     if missing:
         raise SystemExit(f"not pinned in requirements/lock.txt: {missing}")
-    return found
+    return list(found.values())
 
 
 def download_wheels() -> None:
