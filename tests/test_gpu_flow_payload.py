@@ -9,6 +9,7 @@ import pytest
 from tools.gpu_flow_payload import (
     image_packages,
     installed_requires,
+    main,
     requirement_closure,
     split_into_parts,
     to_carry,
@@ -73,3 +74,8 @@ def test_pins_match_whatever_separators_the_lock_spells(tmp_path, monkeypatch):
     assert pins(["ruamel-yaml", "zc_lockfile", "trl"]) == locked
     with pytest.raises(SystemExit, match="absent"):
         pins(["trl", "absent"])
+
+
+def test_a_part_that_leaves_no_room_for_the_tree_is_refused_before_any_download(capsys):
+    assert main(["--budget", "64"]) == 1  # 64 MiB of wheels plus the working tree exceed a call
+    assert "exceed 64 MiB" in capsys.readouterr().err

@@ -19,7 +19,6 @@ Here, from the repository root::
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
@@ -30,12 +29,20 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `tools` importable
     sys.path.insert(0, str(REPO))
 
-from tools.gpu_prepare import EXTRA, LIMIT, PLATFORMS, exclude_payload, pins, tree_bytes  # noqa: E402
+from tools.gpu_prepare import (  # noqa: E402
+    EXTRA,
+    LIMIT,
+    exclude_payload,
+    pins,
+    tree_bytes,
+    wheel_download_command,
+)
 from tools.gpu_smoke import MISSING_THERE  # noqa: E402
 
 PAYLOAD = REPO / ".gpu-flow"
@@ -45,13 +52,9 @@ IMAGE_LIST = REPO / "tools" / "gpu_image_packages.txt"
 DEVICE_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux"}
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def image_packages(path: Path = IMAGE_LIST) -> set[str]:
     words = " ".join(line for line in path.read_text().splitlines() if not line.startswith("#")).split()
-    return {canonical(w) for w in words}
+    return {canonicalize_name(w) for w in words}
 
 
 def requirement_closure(root: str, requires: Callable[[str], Iterable[str]]) -> set[str]:
@@ -59,7 +62,7 @@ def requirement_closure(root: str, requires: Callable[[str], Iterable[str]]) -> 
     ``requires(name)`` gives a distribution's requirement strings."""
     environment = {**default_environment(), **DEVICE_MARKERS, "extra": ""}
     seen: set[str] = set()
-    todo = [canonical(root)]
+    todo = [canonicalize_name(root)]
     while todo:
         name = todo.pop()
         if name in seen:
@@ -68,8 +71,8 @@ def requirement_closure(root: str, requires: Callable[[str], Iterable[str]]) -> 
         for text in requires(name):
             requirement = Requirement(text)
             if requirement.marker is None or requirement.marker.evaluate(environment):
-                todo.append(canonical(requirement.name))
-    return seen - {canonical(root)}
+                todo.append(canonicalize_name(requirement.name))
+    return seen - {canonicalize_name(root)}
 
 
 def installed_requires(name: str) -> list[str]:
@@ -82,7 +85,7 @@ def installed_requires(name: str) -> list[str]:
 
 def to_carry(closure: set[str], image: set[str]) -> list[str]:
     """What the device lacks, plus what it holds at another version than the lock's."""
-    other_version = {canonical(n) for n in [*MISSING_THERE, *EXTRA]}
+    other_version = {canonicalize_name(n) for n in [*MISSING_THERE, *EXTRA]}
     return sorted((closure - image) | (closure & other_version))
 
 
@@ -110,10 +113,7 @@ def split_into_parts(sizes: Mapping[Path, int], budget: int) -> tuple[list[Part]
 def download(pinned: list[str]) -> None:
     """Wheels for the device's Python; a pin that has only a source archive comes as one."""
     DOWNLOADS.mkdir(parents=True, exist_ok=True)
-    wheel = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(DOWNLOADS)]
-    wheel += ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:"]
-    for platform in PLATFORMS:
-        wheel += ["--platform", platform]
+    wheel = wheel_download_command(DOWNLOADS)
     for pin in pinned:
         if subprocess.run([*wheel, pin], capture_output=True).returncode != 0:
             source = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--no-binary=:all:"]
@@ -132,16 +132,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("action", nargs="?", choices=["download", "plan"], default="download")
     parser.add_argument("--budget", type=int, default=56, help="MiB per part (the tree rides along)")
     args = parser.parse_args(argv)
-    budget_mib = args.budget
     carried = to_carry(requirement_closure("alignflow", installed_requires), image_packages())
     pinned = pins(carried)
     print(f"{len(pinned)} packages the flow needs beyond the device image (or at the lock's version)")
     if args.action == "plan":
         print(" ".join(pinned))
         return 0
-    budget = budget_mib * 2**20
+    budget = args.budget * 2**20
     if budget + tree_bytes() > LIMIT:
-        print(f"a {budget_mib} MiB part and the working tree exceed {LIMIT // 2**20} MiB", file=sys.stderr)
+        print(f"a {args.budget} MiB part and the working tree exceed {LIMIT // 2**20} MiB", file=sys.stderr)
         return 1
     exclude_payload("/.gpu-flow/", "/.gpu-site/")
     shutil.rmtree(PAYLOAD, ignore_errors=True)

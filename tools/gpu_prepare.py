@@ -36,6 +36,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `tools` and `alignflow` importable
     sys.path.insert(0, str(REPO))
@@ -74,7 +76,7 @@ def pins(names: list[str]) -> list[str]:
     lock = (REPO / "requirements" / "lock.txt").read_text()
     found: dict[str, str] = {}
     for name in names:
-        spelled = "[-_.]+".join(re.escape(word) for word in _normalise(name).split("_"))
+        spelled = "[-_.]+".join(re.escape(word) for word in canonicalize_name(name).split("-"))
         if m := re.search(rf"(?im)^{spelled}==\S+", lock):
             found[name] = m.group(0)
     missing = sorted(set(names) - set(found))
@@ -87,20 +89,22 @@ def download_wheels() -> None:
     """The pins as CPython 3.12 manylinux wheels (one version each: a stale one is removed)."""
     WHEELS.mkdir(parents=True, exist_ok=True)
     wanted = pins([*MISSING_THERE, *EXTRA])
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q"]
-    command += ["-d", str(WHEELS), "--python-version", "3.12", "--implementation", "cp"]
-    for platform in PLATFORMS:
-        command += ["--platform", platform]
-    subprocess.run([*command, *wanted], check=True)
-    keep = {_normalise(p.split("==")[0]) + "-" + p.split("==")[1] for p in wanted}
+    subprocess.run([*wheel_download_command(WHEELS), *wanted], check=True)
+    keep = {(canonicalize_name(p.split("==")[0]), p.split("==")[1]) for p in wanted}
     for wheel in WHEELS.glob("*.whl"):
         name, version = wheel.name.split("-")[:2]
-        if f"{_normalise(name)}-{version}" not in keep:
+        if (canonicalize_name(name), version) not in keep:
             wheel.unlink()
 
 
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+def wheel_download_command(folder: Path) -> list[str]:
+    """``pip download`` of CPython 3.12 manylinux wheels into ``folder``, no dependencies: the pins
+    to fetch follow it."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q"]
+    command += ["-d", str(folder), "--python-version", "3.12", "--implementation", "cp"]
+    for platform in PLATFORMS:
+        command += ["--platform", platform]
+    return command
 
 
 def write_model_files() -> None:
