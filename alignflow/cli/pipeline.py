@@ -50,6 +50,8 @@ def render_summary(summary: dict[str, Any]) -> None:
         console.print(f"[bold]Nothing to do:[/] {summary['nothing_to_do']}")
     if summary.get("stopped"):
         console.print(f"[bold red]Stopped before training:[/] {summary['stopped']['message']}")
+    if summary.get("random_weights"):
+        console.print(f"[bold yellow]Random weights:[/] {escape(summary['random_weights'])}", soft_wrap=True)
     if summary.get("rl_stage"):
         console.print(escape(summary["rl_stage"]))
     for decision in summary.get("promotions", {}).values():

@@ -121,3 +121,5 @@ REWARD_SLICES_JUDGED = golden_key("reward_slices_judged")
 # ---- live feedback and the gates
 HUMAN_SCORE_GAIN = f"{HUMAN}/score_gain_vs_champion"  # live ratings: challenger mean - champion mean
 INDEPENDENT_JUDGES = f"{PROMOTION}/independent_judges"
+# 1 where the run's models started from random weights (model.weights: random): never promoted
+RANDOM_WEIGHTS = f"{PROMOTION}/random_weights"

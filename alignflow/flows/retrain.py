@@ -27,6 +27,7 @@ from prefect.deployments import run_deployment
 from alignflow import progress
 from alignflow.config import PipelineConfig, load_config
 from alignflow.errors import DataCheckStop
+from alignflow.evaluation.metric_names import RANDOM_WEIGHTS
 from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.flows.artifacts import publish_run_artifacts
 from alignflow.flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
@@ -44,6 +45,7 @@ from alignflow.flows.stages import STAGE_FLOWS
 from alignflow.flows.summary import RunSummary, StageOutcome
 from alignflow.flows.sync_calls import resolved
 from alignflow.flows.unchanged import OUTCOME_TAG, mark_nothing_to_do, show_champion_stages
+from alignflow.models.random_weights import random_weights_note
 from alignflow.plan import PlannedStep, RunPlan
 from alignflow.registry.lineage import (
     champion_copy,
@@ -170,6 +172,8 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
     )
     evaluation = stages.run("evaluate", eval_inputs)
     summary.rl_stage = rl_gain_line(evaluation["metrics"])
+    summary.random_weights = random_weights_said(plan.start_model(trained_chain.get("sft") or policy))
+    metrics = {**evaluation["metrics"], **({RANDOM_WEIGHTS: 1.0} if summary.random_weights else {})}
 
     trained = {"reward": reward, "policy": policy}
     model_dirs = {role: result["model_dir"] for role, result in trained.items()}
@@ -198,7 +202,7 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
             promote_models,
             config_json=plan.config_json,
             versions=versions,
-            metrics=evaluation["metrics"],
+            metrics=metrics,
             data_version=data_version,
             config_hash=plan.section_hash("promote"),
             upstream=json.dumps(versions, sort_keys=True),
@@ -209,6 +213,19 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
         ),
     )
     summary.promotions = promoted["decisions"]
+
+
+def random_weights_said(start_model: str) -> str | None:
+    """What the chain started from where it was built with random weights (its folder's marker
+    says so, not the config), in words; None for trained weights."""
+    note = random_weights_note(start_model)
+    if note is None:
+        return None
+    return (
+        f"the run started from {note['architecture_of']}'s architecture with random weights (seed "
+        f"{note['seed']}, model.weights: random): speed and plumbing are the real model's, its figures are "
+        "not, and nothing it trained is promoted"
+    )
 
 
 def link_reused_versions(uri: str, parent_run_id: str, versions: dict[str, dict[str, Any]]) -> None:

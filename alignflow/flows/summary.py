@@ -105,6 +105,7 @@ class RunSummary:
     stopped: dict[str, Any] | None = None  # {"reason", "message", "report"} when a check stopped the run
     golden: dict[str, Any] | None = None  # the pinned evaluation set: path, version (md5), counts
     rl_stage: str | None = None  # what the RL stage added over the model it started from, in words
+    random_weights: str | None = None  # model.weights: random: what the chain started from, in words
     wall_seconds: float = 0.0
     # from the command that asked for the run to the flow's first line: starting Prefect's API
     # (an ephemeral one migrates its database on a workspace's first run) and the flow run

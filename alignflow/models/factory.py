@@ -193,14 +193,19 @@ def model_unavailable(name: str) -> str | None:
 
 
 def prepare_base_model(spec: ModelSpec, texts: Iterable[str], work_dir: str | Path) -> str:
-    """The path (or hub id) a stage loads: builds the tiny model from ``texts`` when asked for.
+    """The path (or hub id) a stage loads: builds the tiny model from ``texts``, or the named
+    model with random weights (``model.weights: random``), when asked for.
 
-    The tiny model is built once per ``work_dir`` so that a resumed stage starts from the
+    A built model is built once per ``work_dir`` so that a resumed stage starts from the
     very same tokenizer and initial weights as the interrupted one.
     """
+    target = Path(work_dir) / BASE_MODEL_DIR
+    if spec.name != TINY and spec.weights == "random":
+        from alignflow.models.random_weights import build_random_model
+
+        return str(build_random_model(spec.name, target, spec.seed))
     if spec.name != TINY:
         return resolve_model_source(spec.name)
-    target = Path(work_dir) / BASE_MODEL_DIR
     if not (target / "model.safetensors").exists():
         staging = Path(work_dir) / ".base-model.tmp"
         build_tiny_model(texts, staging, spec)

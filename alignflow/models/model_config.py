@@ -54,6 +54,12 @@ class ModelSpec(BaseModel):
         "measures clearly faster than fp32 (with AMX several times; without the units bf16 is emulated, "
         "tens of times slower)",
     )
+    weights: Literal["pretrained", "random"] = Field(
+        "pretrained",
+        description="'random': the named model's architecture and tokenizer with freshly initialised "
+        "(seeded) weights, needing only its config and tokenizer: for speed and pipeline runs where the "
+        "real weights cannot be had. The run says so and never promotes what it trained",
+    )
     lora: LoraSpec = Field(default_factory=LoraSpec)
     vocab_size: int = 512
     hidden_size: int = 64

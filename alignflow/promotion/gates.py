@@ -36,6 +36,7 @@ from alignflow.evaluation.metric_names import (
     KL_TO_REFERENCE,
     LENGTH_GROWTH_RATIO,
     LENGTH_GROWTH_VS_CHAMPION,
+    RANDOM_WEIGHTS,
     REWARD_ACCURACY,
     REWARD_ACCURACY_VS_CHAMPION,
     REWARD_DISAGREEMENT_VS_CHAMPION,
@@ -62,6 +63,7 @@ INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 SLICE_GATE = "slice_regression"
 RL_GAIN_GATE = "rl_gain"
 RELEASE_GATE = "released_with_policy"
+TRAINED_WEIGHTS_GATE = "trained_weights"
 
 Op = Literal[">=", "<=", ">"]
 Bound = Literal["low", "high", "value"]
@@ -501,6 +503,15 @@ def release_result(policy_promoted: bool) -> GateResult:
     )  # fmt: skip
 
 
+def random_weights_result() -> GateResult:
+    """``model.weights: random``: a run for speed or plumbing, whatever its figures say."""
+    detail = "started from random weights (model.weights: random): its figures say nothing of the real model"
+    return GateResult(
+        TRAINED_WEIGHTS_GATE, RANDOM_WEIGHTS, "<=", 0.0, "value", 1.0, None, None, None,
+        False, "failed", detail,
+    )  # fmt: skip
+
+
 def decide(
     name: str,
     version: str,
@@ -530,6 +541,8 @@ def decide(
     ]
     if role == "reward" and policy_promoted is False and config.release == "together":
         results.append(release_result(policy_promoted))  # shown only where it holds the model back
+    if metric_number(metrics, RANDOM_WEIGHTS):
+        results.append(random_weights_result())  # shown only where it holds the model back
     promoted = all(r.passed for r in results)
     answers = int(metric_number(metrics, ANSWERS) or 0) if role == "policy" else 0
     return PromotionDecision(name, str(version), promoted, tuple(results), champion, tuple(judges), answers)

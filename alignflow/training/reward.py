@@ -37,6 +37,7 @@ from alignflow.models.factory import (
     minilm_path,
     model_init_kwargs,
     peft_config,
+    prepare_base_model,
     resolve_model_source,
     whole_model_precision_flags,
 )
@@ -262,6 +263,8 @@ def resolve_backbone(
     backbone = config.section_as("reward", RewardConfig).backbone
     if backbone == "policy":
         return resolve_start_model(config.model, load_split(data_dir, "train"), output_dir, model_path)
+    if config.model.weights == "random":  # its own backbone's architecture, as random as the policy's
+        return prepare_base_model(backbone_spec(config), [], output_dir)
     if backbone == "minilm":
         return str(minilm_path())
     return resolve_model_source(backbone)

@@ -13,7 +13,7 @@ from alignflow.data.demo import make_prompt
 from alignflow.evaluation.challenger import judge_policy_completions, judge_reward_model, put_estimate
 from alignflow.evaluation.intervals import Estimate, wilson
 from alignflow.evaluation.judges import AnswerJudge, RewardModelJudge
-from alignflow.evaluation.metric_names import INDEPENDENT_JUDGES
+from alignflow.evaluation.metric_names import INDEPENDENT_JUDGES, RANDOM_WEIGHTS
 from alignflow.promotion.gates import (
     INSUFFICIENT_EVIDENCE,
     Gate,
@@ -320,6 +320,23 @@ def test_decide_rejects_a_regression_and_names_the_failed_gates():
     assert names(decision.failed) == ["task_accuracy_vs_champion", "champion_reward_win_rate_vs_champion"]
     assert all(r.outcome == "failed" for r in decision.failed)
     assert "task_accuracy_vs_champion: -0.2 [-0.3, -0.1] n=120, lower bound needs >= -0.05" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("role", "good", "champion", "judges"),
+    [
+        ("policy", GOOD_CHALLENGER, "1", ["champion_reward"]),
+        ("reward", golden(reward_accuracy=estimate(0.9, 0.85, 0.95)), None, []),
+    ],
+)
+def test_a_model_grown_from_random_weights_is_never_promoted(role, good, champion, judges):
+    assert decide("p", "2", good, CONFIG, role, champion, judges).promoted
+    decision = decide("p", "2", good | {RANDOM_WEIGHTS: 1.0}, CONFIG, role, champion, judges)
+    assert not decision.promoted
+    assert names(decision.failed) == ["trained_weights"]
+    assert "model.weights: random" in decision.reason
+    # a run that started from trained weights logs no such metric, or 0
+    assert decide("p", "2", good | {RANDOM_WEIGHTS: 0.0}, CONFIG, role, champion, judges).promoted
 
 
 def test_a_not_clearly_worse_gate_states_its_power_and_says_when_the_pinned_set_is_too_small():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alignflow.promotion.gates import RELEASE_GATE, SLICE_GATE, gates_for
+from alignflow.promotion.gates import RELEASE_GATE, SLICE_GATE, TRAINED_WEIGHTS_GATE, gates_for
 from alignflow.promotion.promotion_config import PromotionConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -27,11 +27,11 @@ def documented_gates() -> set[str]:
 
 def every_gate() -> set[str]:
     """Each gate ``gates_for`` can make (every role, with and without a champion, answers, a
-    judge, the human gate, every threshold that is off by default switched on) and the two that
+    judge, the human gate, every threshold that is off by default switched on) and the ones that
     decisions add themselves."""
     off_by_default = [name for name, field in PromotionConfig.model_fields.items() if field.default is None]
     config = PromotionConfig(**dict.fromkeys(off_by_default, 0.5))
-    names = {SLICE_GATE, RELEASE_GATE}
+    names = {SLICE_GATE, RELEASE_GATE, TRAINED_WEIGHTS_GATE}
     for role, human in (("policy", False), ("policy", True), ("reward", False)):
         for has_champion in (False, True):
             for has_answers in (True, False):
