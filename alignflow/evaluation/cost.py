@@ -5,7 +5,7 @@ Every figure is what ran, never what the config asked for: seconds from the cloc
 the stage, tokens from the trainer's own count of the batches it stepped through, the peak
 from a matmul probe in the same process, dtype and device as the model trained. The stage
 runs carry ``cost/*`` metrics, the pipeline's parent run their totals, and a policy's
-version page prices its improvement in CPU-minutes (:func:`cost_line`).
+version page prices its improvement in GPU- or CPU-minutes (:func:`cost_line`).
 """
 
 from __future__ import annotations
@@ -192,15 +192,15 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def price_of_gain(cpu_seconds: float, gain: float) -> float | None:
-    """CPU-minutes per +0.01 of ``gain``; None where nothing improved."""
-    return None if gain <= 0 else cpu_seconds / 60 / (gain / PRICED_GAIN)
+def price_of_gain(seconds: float, gain: float) -> float | None:
+    """Minutes (of a CPU or a GPU) per +0.01 of ``gain``; None where nothing improved."""
+    return None if gain <= 0 else seconds / 60 / (gain / PRICED_GAIN)
 
 
 def cost_line(spent: Mapping[str, float], gain: float | None = None, reused: Sequence[str] = ()) -> str:
     """A run's cost in one line, and (given the task accuracy ``gain`` over the reference)
-    what each +0.01 of it cost; ``reused`` names stages counted at their cost in the run that
-    did the work."""
+    what each +0.01 of it cost, in GPU-minutes where a GPU was held (what is billed), else in
+    CPU-minutes; ``reused`` names stages counted at their cost in the run that did the work."""
     cpu = spent.get(CPU_SECONDS, 0.0)
     parts = [f"{cpu / 60:.1f} CPU-minutes"]
     if spent.get(GPU_SECONDS):
@@ -212,7 +212,8 @@ def cost_line(spent: Mapping[str, float], gain: float | None = None, reused: Seq
         line += f" ({', '.join(reused)} reused from earlier runs, counted at what they cost there)"
     if gain is None:
         return line
-    price = price_of_gain(cpu, gain)
+    unit, seconds = ("GPU", spent[GPU_SECONDS]) if spent.get(GPU_SECONDS) else ("CPU", cpu)
+    price = price_of_gain(seconds, gain)
     if price is None:
         return line + "; no improvement to price"
-    return line + f"; {price:.2f} CPU-minutes per +{PRICED_GAIN} task accuracy over the reference"
+    return line + f"; {price:.2f} {unit}-minutes per +{PRICED_GAIN} task accuracy over the reference"

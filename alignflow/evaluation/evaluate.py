@@ -321,7 +321,7 @@ def refuse_trained_on(snapshot_dir: str | Path, golden_records: Sequence[Mapping
 
 
 def rl_start_model(
-    rl_start_dir: str | Path | None, reference_dir: str | Path, reference: Any, dtype: Any
+    rl_start_dir: str | Path | None, reference_dir: str | Path, reference: Any, dtype: Any, device: Any = None
 ) -> Any | None:
     """The model the RL stage started from: the loaded reference when it is the same folder."""
     from alignflow.models import load_causal_lm
@@ -330,7 +330,7 @@ def rl_start_model(
         return None
     if Path(rl_start_dir).resolve() == Path(reference_dir).resolve():
         return reference
-    return load_causal_lm(rl_start_dir, dtype, merge_lora=True)[0]
+    return load_causal_lm(rl_start_dir, dtype, merge_lora=True, device=device)[0]
 
 
 def evaluate_paths(
@@ -344,6 +344,7 @@ def evaluate_paths(
     champion_reward_dir: str | Path | None = None,
     dtype: Any = None,
     rl_start_dir: str | Path | None = None,
+    device: Any = None,
 ) -> EvalReport:
     """The pipeline's evaluation in one call: models by path; the snapshot's eval split and,
     when ``golden_path`` is given, the pinned set, side by side (``eval/…`` and ``golden/…``).
@@ -351,19 +352,24 @@ def evaluate_paths(
     champion generate alike; None keeps each model's saved dtype. A LoRA folder loads with its
     adapters folded into its weights: the same answers, decoded at the base model's speed.
     ``rl_start_dir``: the model the RL stage started from, judged on the pinned set beside the
-    reference (the reference itself when it is the same folder)."""
+    reference (the reference itself when it is the same folder). ``device``: where every model
+    runs (default: the GPU when there is one, else the CPU)."""
     from alignflow.data.snapshot import load_split
     from alignflow.evaluation.golden import load_golden_records
     from alignflow.models import load_causal_lm
+    from alignflow.models.factory import inference_device
     from alignflow.models.reward_scorer import load_reward_scorer
 
     config = config or EvaluationConfig()
+    device = device or inference_device()
     complete = RememberedAnswers(config)  # the eval split and the pinned set share prompts
     records = load_split(snapshot_dir, "eval")
     # each text is scored once: the metrics below ask for the same texts several times
-    scorer = load_reward_scorer(reward_dir, remember=True) if reward_dir is not None else None
+    scorer = load_reward_scorer(reward_dir, device=device, remember=True) if reward_dir is not None else None
     champion_scorer = (
-        load_reward_scorer(champion_reward_dir, remember=True) if champion_reward_dir is not None else None
+        load_reward_scorer(champion_reward_dir, device=device, remember=True)
+        if champion_reward_dir is not None
+        else None
     )
     report = EvalReport(info={"snapshot": str(snapshot_dir)})
     if scorer is not None:
@@ -375,10 +381,14 @@ def evaluate_paths(
     if policy_dir is not None:
         if reference_dir is None:
             raise ValueError("evaluating a policy needs its reference model directory")
-        model, tokenizer = policy = load_causal_lm(policy_dir, dtype, merge_lora=True)
-        reference, _ = load_causal_lm(reference_dir, dtype, merge_lora=True)
-        champion = load_causal_lm(champion_dir, dtype, merge_lora=True) if champion_dir is not None else None
-        rl_start = rl_start_model(rl_start_dir, reference_dir, reference, dtype)
+        model, tokenizer = policy = load_causal_lm(policy_dir, dtype, merge_lora=True, device=device)
+        reference, _ = load_causal_lm(reference_dir, dtype, merge_lora=True, device=device)
+        champion = (
+            load_causal_lm(champion_dir, dtype, merge_lora=True, device=device)
+            if champion_dir is not None
+            else None
+        )
+        rl_start = rl_start_model(rl_start_dir, reference_dir, reference, dtype, device)
         report = report.merge(
             evaluate_policy(model, tokenizer, reference, records, scorer, champion, config, complete)
         )

@@ -790,11 +790,13 @@ class LabelGuard:
     verdict: LabelVerdict | None = None
 
     def __call__(self, records: list[dict[str, Any]]) -> None:
+        from alignflow.models.factory import inference_device
         from alignflow.models.reward_scorer import load_reward_scorer
 
         judge = None
         if self.judge_dir is not None and self.champion_accuracy is not None:
-            judge = ModelJudge(load_reward_scorer(self.judge_dir), self.champion_accuracy, self.reference)
+            scorer = load_reward_scorer(self.judge_dir, device=inference_device())
+            judge = ModelJudge(scorer, self.champion_accuracy, self.reference)
         self.verdict = judge_labels(
             records, self.max_gap, judge, verifiers=self.verifiers, max_pairs=self.max_pairs,
             seed=self.seed, slice_fields=self.slice_fields,

@@ -55,9 +55,8 @@ def policy_reward(
 
     if not prompts:
         raise ValueError("no held-out prompts to measure the policy's reward on")
-    model, tokenizer = load_causal_lm(policy_dir, merge_lora=True)
-    if device is not None:  # where the policy trained, so the measure runs there too
-        model = model.to(device)
+    # where the policy trained (``device``), so the measure runs there too
+    model, tokenizer = load_causal_lm(policy_dir, merge_lora=True, device=device)
     completions = generate(
         model, tokenizer, list(prompts), max_new_tokens=max_new_tokens, batch_size=batch_size
     )

@@ -32,10 +32,10 @@ MATMUL_ATTENTION_TOKENS = 256  # the longest keys plain matmuls attend over fast
 MATMUL_TRAINING_SCORES = 4_000_000
 
 
-def _causal(queries: int, keys: int) -> torch.Tensor:
+def _causal(queries: int, keys: int, device: torch.device | None = None) -> torch.Tensor:
     """[queries, keys] bool: each query reads the keys up to its own position (the last
     ``queries`` of the ``keys``)."""
-    return torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
 
 def matmuls_win(module: Any, query: torch.Tensor, key: torch.Tensor, dropout: float) -> bool:
@@ -85,7 +85,7 @@ def grouped_attention(
     grouped = query.reshape(batch, kv_heads, group * q_len, dim)
     scores = (torch.matmul(grouped, key.transpose(2, 3)) * scale).view(batch, kv_heads, group, q_len, kv_len)
     causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
-    mask = _causal(q_len, kv_len) if causal else attention_mask
+    mask = _causal(q_len, kv_len, query.device) if causal else attention_mask
     if mask is not None:  # SDPA's: [batch, 1, q, length] bool (True reads) or additive
         mask = mask.unsqueeze(2) if mask.dim() == 4 else mask
         if mask.dtype == torch.bool:

@@ -104,11 +104,20 @@ def init_tiny_model(tokenizer: Any, output_dir: str | Path, spec: ModelSpec | No
     return output_dir
 
 
-def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None, merge_lora: bool = False):
+def inference_device() -> torch.device:
+    """Where a stage's models generate and score outside a trainer (which places its own): the
+    GPU when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_causal_lm(
+    path: str | Path, dtype: torch.dtype | None = None, merge_lora: bool = False, device: Any = None
+):
     """Load a saved causal LM and its tokenizer (safetensors only, never pickles).
 
     A folder that is not a whole causal LM (a reward model, broken weights) raises
     :class:`~alignflow.models.loading.ModelLoadError` rather than loading with a random head.
+    ``device``: where the model goes once loaded (None: the CPU it loads on).
     ``merge_lora``: a folder of LoRA adapters comes back as a plain model with the adapters
     folded into its weights (for inference: PEFT's layers cost two extra matmuls and
     fp32 casts per layer and token; see :mod:`~alignflow.models.merged_copy`).
@@ -123,11 +132,16 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None, merge_lor
         model = require_finite_weights(model, path)
         if merge_lora and foldable_adapters(model):
             model = model.merge_and_unload()
-        return require_tokenizer_fits(model, tokenizer, path), tokenizer
+        return placed(require_tokenizer_fits(model, tokenizer, path), device), tokenizer
     model = load_pretrained(
         AutoModelForCausalLM, path, "causal LM", CLASSIFIER_ARCHITECTURES, dtype=dtype, use_safetensors=True
     )
-    return require_tokenizer_fits(model, tokenizer, path), tokenizer
+    return placed(require_tokenizer_fits(model, tokenizer, path), device), tokenizer
+
+
+def placed(model: Any, device: Any) -> Any:
+    """``model`` on ``device`` (None: where it loaded, the CPU)."""
+    return model if device is None else model.to(device)
 
 
 def minilm_path() -> Path:
@@ -242,10 +256,13 @@ def whole_model_precision_flags(spec: ModelSpec, run_model: ModelSpec) -> dict[s
     """Trainer flags for a model trained whole in fp32 weights beside the run's model (a reward
     backbone of its own): as :func:`mixed_precision_flags` says for ``spec``, plus bf16 autocast
     on a CPU where the run's ``model.dtype: fastest`` resolves to bf16 there (its bf16 GEMM
-    measured clearly faster). The weights and AdamW's updates stay fp32; only the products
-    run in bf16 (MiniLM's reward step on 2 Zen 4 cores: 1.25 s in fp32, 0.9 s so)."""
+    measured clearly faster), and on a GPU autocast in its half type. The weights and AdamW's
+    updates stay fp32; only the products run in half precision (MiniLM's reward step on 2 Zen 4
+    cores: 1.25 s in fp32, 0.9 s so)."""
+    if torch.cuda.is_available():
+        return mixed_precision_flags(ModelSpec(dtype="auto"))
     flags = mixed_precision_flags(spec)
-    if torch.cuda.is_available() or run_model.dtype != "fastest":
+    if run_model.dtype != "fastest":
         return flags
     return flags | {"bf16": select_dtype(run_model) == torch.bfloat16}
 

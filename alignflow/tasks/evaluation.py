@@ -66,12 +66,16 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         import mlflow
 
+        from alignflow.evaluation.cost import DEVICE_TAG, device_name
         from alignflow.evaluation.evaluate import evaluate_paths
         from alignflow.evaluation.plots import report_plots
-        from alignflow.models.factory import inference_dtype
+        from alignflow.models.factory import inference_device, inference_dtype
         from alignflow.registry.tracking import log_report
 
         progress.note("generating and judging completions: policy, reference, champion")
+        device = inference_device()
+        if mlflow.active_run() is not None:  # where its models generate and score, as the trainers tag theirs
+            mlflow.set_tag(DEVICE_TAG, device_name(str(device)))
         report = evaluate_paths(
             inputs.data_dir,
             inputs.policy_dir,
@@ -83,6 +87,7 @@ def evaluate(inputs: EvaluateInputs) -> dict[str, Any]:
             champion_reward_dir=inputs.champion_reward_dir,
             dtype=inference_dtype(config.model),
             rl_start_dir=inputs.rl_start_dir,
+            device=device,
         )
         compared = inputs.champion_dir is not None
         report.info.update({"data_version": inputs.data_version, "champion_compared": compared})

@@ -28,7 +28,7 @@ from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.metric_names import eval_key
 from alignflow.models.decoding import cpu_decoding
-from alignflow.models.factory import peft_config, trl_model_init_kwargs
+from alignflow.models.factory import inference_device, peft_config, trl_model_init_kwargs
 from alignflow.models.merged_copy import MergedCopy, can_merge
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import completion_text, cut_prompt_text, format_prompt, generate
@@ -115,7 +115,7 @@ def answer_format(prompts, completions, **kwargs) -> list[float]:
 
 def reward_model_function(path: str, normalize: bool = True) -> RewardFn:
     """A trained reward model as a reward function over the *original* prompts' text."""
-    scorer = load_reward_scorer(path, normalize=normalize)
+    scorer = load_reward_scorer(path, normalize=normalize, device=inference_device())
 
     def reward_model(prompts, completions, **kwargs) -> list[float]:
         originals = [_decode_prompt(p) for p in kwargs.get("raw_prompt", prompts)]

@@ -272,12 +272,14 @@ def resolve_backbone(
 
 def backbone_spec(config: RunSettings) -> ModelSpec:
     """How the reward model's weights are loaded and trained: as the ``model`` section says when it
-    shares the policy's backbone; a backbone of its own (MiniLM, a path) is trained whole, in its
-    own dtype: the policy's LoRA and dtype were chosen for the policy's model."""
+    shares the policy's backbone; a backbone of its own (MiniLM, a path) is trained whole, in fp32
+    weights: the policy's LoRA and dtype were chosen for the policy's model."""
     backbone = config.section_as("reward", RewardConfig).backbone
     if backbone == "policy":
         return config.model
-    own = {"name": backbone, "dtype": "auto", "lora": LoraSpec()}
+    # fp32 weights (on a GPU too, where 'auto' would load them in half precision and AdamW would
+    # round its updates away); the products run in half precision under autocast
+    own = {"name": backbone, "dtype": "float32", "lora": LoraSpec()}
     return config.model.model_copy(update=own)
 
 
@@ -439,7 +441,10 @@ def run_reward(
     metrics |= {"train_loss": output.training_loss, "global_step": float(trainer.state.global_step)}
     if stage.mode != "regression":  # ratings alone learn from no pair
         metrics["train/pairs_used"] = float(len(train_pairs))
-    metrics.update(measure_and_save_meta(model_dir, stage, names, weights, train_pairs, eval_pairs, data_dir))
+    measured = measure_and_save_meta(
+        model_dir, stage, names, weights, train_pairs, eval_pairs, data_dir, trainer.args.device
+    )
+    metrics.update(measured)
     cost = trained_cost(trainer, output)
     return finish_stage("reward", output_dir, model_dir, metrics, resumed_from, cost)
 
@@ -469,9 +474,12 @@ def measure_and_save_meta(
     train_pairs: list[dict[str, Any]],
     eval_pairs: list[dict[str, Any]],
     data_dir: str | Path,
+    device: Any = None,
 ) -> dict[str, float]:
-    """Held-out accuracy/margin/ECE, train reward mean/std; the stats go beside the weights."""
+    """Held-out accuracy/margin/ECE, train reward mean/std; the stats go beside the weights.
+    ``device``: where the model trained, so the measure runs there too."""
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, use_safetensors=True)
+    model = model if device is None else model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meta = RewardMeta(
         objectives=names, weights=weights, max_length=stage.max_length, mode=stage.mode, pooling=stage.pooling

@@ -19,6 +19,7 @@ StageResult`` registered in :mod:`alignflow.training.registry`. To write a new o
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -77,6 +78,8 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
+        # cuBLAS is deterministic only with a fixed workspace, read when its first handle opens
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     # deterministic mode also NaN-fills every fresh allocation (a debugging aid for reads of
     # uninitialised memory); it tripled DPO step time on CPU and changes no result

@@ -166,3 +166,5 @@ def test_the_cost_line_prices_a_gain_in_cpu_minutes_per_hundredth():
         "Cost: 10.0 CPU-minutes, 1.5 GPU-minutes, 1.2M tokens trained "
         "(sft reused from earlier runs, counted at what they cost there)"
     )
+    on_a_gpu = cost.cost_line(spent | {cost.GPU_SECONDS: 90.0}, gain=0.05)
+    assert on_a_gpu.endswith("; 0.30 GPU-minutes per +0.01 task accuracy over the reference"), on_a_gpu

@@ -11,9 +11,11 @@ import pytest
 from mlflow import MlflowClient
 
 from alignflow.cli.pipeline import console, render_summary
+from alignflow.evaluation.cost import DEVICE_TAG, device_name
 from alignflow.evaluation.metric_names import RANDOM_WEIGHTS
 from alignflow.flows.retrain import retrain
 from alignflow.registry.models import CHAMPION, version_by_alias
+from alignflow.registry.runs import child_runs
 from tests.flows.conftest import TINY_FLOW
 
 pytestmark = pytest.mark.slow
@@ -40,6 +42,11 @@ def test_a_run_from_random_weights_trains_every_stage_says_so_and_crowns_nothing
     judged_on = client.get_run(client.get_model_version(policy["name"], policy["version"]).run_id)
     assert judged_on.data.metrics[RANDOM_WEIGHTS] == 1.0
     assert client.get_run(summary["parent_run_id"]).data.params["model.weights"] == "random"
+
+    # where each stage ran, as the runs record it (a GPU's name there; this CPU's here)
+    runs = {run.info.run_name: run for run in child_runs(uri, summary["parent_run_id"])}
+    for stage in ("sft", "reward", "policy", "evaluate"):
+        assert runs[stage].data.tags[DEVICE_TAG] == device_name("cpu"), stage
 
     with console.capture() as shown:
         render_summary(summary)

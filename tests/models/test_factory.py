@@ -83,3 +83,25 @@ def test_gemm_rates_are_measured_on_this_cpu():
         assert chosen == torch.float32
     elif chosen == torch.bfloat16:  # the same probe the choice read
         assert rates[torch.bfloat16] > rates[torch.float32] / BF16_MARGIN, rates
+
+
+def test_a_reward_backbone_of_its_own_trains_fp32_weights_under_half_precision_autocast(monkeypatch):
+    """On a GPU 'auto' would load the weights in bf16 (or fp16), and AdamW would update them there
+    (small updates round away; fp16 gradients cannot be unscaled): the weights stay fp32 and only
+    the products run in the GPU's half type."""
+    from alignflow.config import load_config
+    from alignflow.models.factory import model_init_kwargs, whole_model_precision_flags
+    from alignflow.training.reward import backbone_spec
+
+    config = load_config(None, ["reward.backbone=minilm", "model.dtype=auto"])
+    spec = backbone_spec(config)
+    for bf16 in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda bf16=bf16: bf16)
+        assert model_init_kwargs(spec)["dtype"] == torch.float32
+        assert whole_model_precision_flags(spec, config.model) == {"bf16": bf16, "fp16": not bf16}
+    _cpu_units(monkeypatch, amx=False, avx512_bf16=False)
+    assert model_init_kwargs(spec)["dtype"] == torch.float32
+    assert whole_model_precision_flags(spec, config.model) == {"bf16": False, "fp16": False}
+    shared = backbone_spec(load_config(None, ["reward.backbone=policy", "model.dtype=bfloat16"]))
+    assert model_init_kwargs(shared)["dtype"] == torch.bfloat16, "the policy's backbone keeps the run's dtype"
