@@ -324,11 +324,14 @@ def check_accelerate(orchestration: Any, gpu_count: int) -> Check:
     return Check("Accelerate", True, detail)
 
 
-def check_model(name: str) -> Check:
-    """A hub model must be reachable, or already in the cache when the hub is switched off."""
+def check_model(name: str, weights: str = "pretrained") -> Check:
+    """A hub model must be reachable, or already in the cache when the hub is switched off; with
+    ``model.weights: random``, its config and tokenizer must be here."""
     from alignflow.models.model_config import MINILM, PRESETS, TINY
     from alignflow.models.real_models import REAL_MODELS, is_gguf_file
 
+    if weights == "random" and name != TINY:
+        return check_model_config(name)
     if name in {TINY, MINILM}:
         return Check("Model", True, f"{name!r} needs no download")
     if name in REAL_MODELS:
@@ -347,6 +350,18 @@ def check_model(name: str) -> Check:
         f"{repo}: HF_HUB_OFFLINE is set and it is {'in' if cached else 'not in'} the local cache",
         f"download it once with `hf download {repo}` (or unset HF_HUB_OFFLINE)",
     )
+
+
+def check_model_config(name: str) -> Check:
+    """``model.weights: random``: where the model's config and tokenizer come from, or why none can."""
+    from alignflow.errors import InputError
+    from alignflow.models.random_weights import config_source
+
+    try:
+        source = config_source(name)
+    except InputError as exc:
+        return Check("Model", False, f"{name}: no config to build it from (model.weights: random)", str(exc))
+    return Check("Model", True, f"{name}: random weights (model.weights: random), config from {source}")
 
 
 def check_real_model(name: str) -> Check:
@@ -381,6 +396,17 @@ def check_disk(path: str = ".") -> Check:
 # ---------------------------------------------------------------- command
 
 
+def model_checks(config: Any) -> list[Check]:
+    """The policy's model; with random weights, a reward backbone of its own too (built the same way)."""
+    from alignflow.training.reward_config import RewardConfig
+
+    checks = [check_model(config.model.name, config.model.weights)]
+    backbone = config.section_as("reward", RewardConfig).backbone
+    if config.model.weights == "random" and backbone != "policy":
+        checks.append(check_model(backbone, "random"))
+    return checks
+
+
 def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
     from alignflow.cli.errors import load_config_or_exit
 
@@ -393,7 +419,7 @@ def run_checks(config_path: str | None, overrides: list[str]) -> list[Check]:
         *check_pins(config),
         check_gpus(gpus),
         *check_training(config, gpus),
-        check_model(config.model.name),
+        *model_checks(config),
         check_disk(),
     ]
 

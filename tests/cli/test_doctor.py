@@ -111,6 +111,25 @@ def test_a_real_model_is_ok_once_converted_and_otherwise_names_the_pull_command(
     assert converted.ok and str(folder) in converted.detail
 
 
+def test_random_weights_need_only_a_config_and_say_where_it_comes_from(monkeypatch, tmp_path):
+    from alignflow.cli.doctor import model_checks
+    from alignflow.models import random_weights, real_models
+
+    monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(random_weights, "local_gguf", lambda model: None)
+    random = ["model.name=smollm2-135m-instruct", "model.weights=random", "reward.backbone=minilm"]
+    policy, backbone = model_checks(load_config(None, random))
+    assert not policy.ok and "alignflow model pull smollm2-135m-instruct" in policy.fix, policy
+    assert backbone.ok and "minilm: random weights" in backbone.detail, backbone
+    copy = random_weights.config_only_dir("smollm2-135m-instruct")
+    copy.mkdir(parents=True)
+    (copy / "config.json").write_text("{}")
+    (copy / "tokenizer.json").write_text("{}")
+    (policy,) = model_checks(load_config(None, random[:2]))  # the reward model shares the policy's
+    assert policy.ok and str(copy) in policy.detail, policy
+    assert not real_models.is_converted(real_models.real_model_dir("smollm2-135m-instruct"))
+
+
 def test_bf16_weights_on_a_cpu_without_bf16_units_are_flagged(monkeypatch):
     import torch
 
