@@ -154,10 +154,12 @@ def write_model_configs(names: list[str], cache: Path = CACHE) -> list[Path]:
 
 
 def run_command(config_path: str) -> str:
-    """The last call's command after its install line: the flow, offline, on random weights."""
+    """The last call's command after its install line: the flow, offline, on random weights; its
+    summary, tracking store (each stage's run, ``cost.device`` tag: where it ran) and log come back."""
     return (
         "export ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache HF_HUB_OFFLINE=1; python3 -m alignflow.cli run "
-        f"--config {config_path} --set model.weights=random --summary-json $OUT/summary.json"
+        f"--config {config_path} --set model.weights=random --summary-json $OUT/summary.json; "
+        "cp mlflow.db $OUT/; cp -r .alignflow/logs $OUT/"
     )
 
 
