@@ -55,8 +55,10 @@ def test_a_package_of_model_weights_stays_behind_its_config_travels(tmp_path):
     assert copy == tmp_path / "cache" / "models" / "configs" / "minilm"
     assert {"config.json", "tokenizer.json"} <= {f.name for f in copy.iterdir()}
     assert not list(copy.glob("*.safetensors"))
-    assert "--set model.weights=random" in run_command("configs/smollm2-math.yaml")
-    assert "ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache" in run_command("configs/smollm2-math.yaml")
+    command = run_command("configs/smollm2-math.yaml")
+    assert "ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache" in command
+    assert "python3 -m bench.flow_stages_bench" in command
+    assert "ALIGNFLOW_BENCH_FLOW_CONFIG=configs/smollm2-math.yaml" in command
 
 
 def test_the_image_list_reads_names_not_comments(tmp_path):

@@ -12,7 +12,8 @@ next call at once, an idle machine goes back within a minute); the last runs the
 Model weights do not travel: the MiniLM package (80 MiB) and SmolLM2's GGUF (~100 MB) fit no
 call. The flow runs there with ``model.weights: random``, from config-only copies of the models
 the config names (``.gpu-flow/cache``, a few MiB, carried with the last part): every stage at
-the real models' shape, its figures not the real models', and the run says so.
+the real models' shape, its figures not the real models', and the run says so. The last call runs
+it through ``bench/flow_stages_bench.py``, which times each stage beside the CPU's run.
 
 Here, from the repository root::
 
@@ -154,12 +155,12 @@ def write_model_configs(names: list[str], cache: Path = CACHE) -> list[Path]:
 
 
 def run_command(config_path: str) -> str:
-    """The last call's command after its install line: the flow, offline, on random weights; its
-    summary, tracking store (each stage's run, ``cost.device`` tag: where it ran) and log come back."""
+    """The last call's command after its install line: the flow, offline, on random weights, through
+    ``bench/flow_stages_bench.py`` (each stage's wall time, cost and recorded device, into
+    ``$OUT/flow_stages.json``; merged here beside the CPU's run with its ``--merge``)."""
     return (
-        "export ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache HF_HUB_OFFLINE=1; python3 -m alignflow.cli run "
-        f"--config {config_path} --set model.weights=random --summary-json $OUT/summary.json; "
-        "cp mlflow.db $OUT/; cp -r .alignflow/logs $OUT/"
+        "export ALIGNFLOW_CACHE=$PWD/.gpu-flow/cache HF_HUB_OFFLINE=1 "
+        f"ALIGNFLOW_BENCH_FLOW_CONFIG={config_path}; python3 -m bench.flow_stages_bench > $OUT/log.txt 2>&1"
     )
 
 
