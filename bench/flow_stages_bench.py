@@ -35,6 +35,8 @@ from bench.training_bench import REPO, RESULTS, cpu_name
 CONFIG = os.environ.get("ALIGNFLOW_BENCH_FLOW_CONFIG", "configs/smollm2-math.yaml")
 EXTRA = [s for s in os.environ.get("ALIGNFLOW_BENCH_FLOW_SET", "").split(",") if s]
 RESULT = RESULTS / "flow_stages.json"
+# the flow's order (python -m bench writes the result with its keys sorted); others follow
+FLOW_ORDER = ("data", "sft", "reward", "policy", "evaluate", "register", "promote")
 COST_KEYS = {
     "cpu_s": "cost/cpu_seconds",
     "gpu_s": "cost/gpu_seconds",
@@ -129,7 +131,8 @@ def _cell(row: dict[str, Any] | None) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     runs = list(result["runs"].values())
-    stages = list(dict.fromkeys(name for run in runs for name in run["stages"]))
+    named = dict.fromkeys(name for run in runs for name in run["stages"])
+    stages = sorted(named, key=lambda n: FLOW_ORDER.index(n) if n in FLOW_ORDER else len(FLOW_ORDER))
     first = runs[0]
     lines = [
         "# The retraining flow, stage by stage, per kind of machine",
@@ -148,7 +151,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {run['machine']} ({run['cpus']} CPUs, torch {run['torch']}) | {settings} | {run['commit']} | "
             f"{run['date']} | {run['flow_wall_s']:.0f} | {', '.join(devices)} |"
         )
-    names = [run["machine"].split(" (")[0] for run in runs]
+    names = [run["machine"] for run in runs]
     lines += ["", "| stage | " + " | ".join(names) + " |", "|---|" + "---|" * len(runs)]
     for stage in stages:
         lines.append(f"| {stage} | " + " | ".join(_cell(run["stages"].get(stage)) for run in runs) + " |")

@@ -17,7 +17,8 @@ SUMMARY = {
 
 def machine(name: str, scale: float) -> dict:
     stages = stage_rows(SUMMARY, {"sft": name, "evaluate": name})
-    stages = {stage: row | {"wall_s": row["wall_s"] / scale} for stage, row in stages.items()}
+    # sorted by name, as `python -m bench` writes the result file
+    stages = {stage: row | {"wall_s": row["wall_s"] / scale} for stage, row in sorted(stages.items())}
     return {
         "machine": name, "cpus": 2, "torch": "2.13.0", "config": "configs/smollm2-math.yaml",
         "overrides": ["model.weights=random"], "commit": "abc1234", "date": "2026-12-05",
@@ -46,6 +47,7 @@ def test_the_report_puts_the_machines_side_by_side_with_the_speed_up():
     text = markdown(merged(merged({}, machine("CPU: AMD EPYC", 1.0)), machine("GPU: NVIDIA H200", 10.0)))
     assert "| stage | CPU: AMD EPYC | GPU: NVIDIA H200 |" in text
     assert "| sft | 140.0 s, MFU 20.4% | 14.0 s, MFU 20.4% |" in text
-    assert "- GPU: NVIDIA H200: data 10.0x, sft 10.0x, evaluate 10.0x; whole flow 10.0x" in text
+    assert "- GPU: NVIDIA H200: data 10.0x, sft 10.0x, evaluate 10.0x; whole flow 10.0x" in text, text
+    assert text.index("| data |") < text.index("| sft |") < text.index("| evaluate |"), "the flow's order"
     alone = markdown(merged({}, machine("CPU: AMD EPYC", 1.0)))
     assert "Speed-up" not in alone and "| evaluate | 85.0 s |" in alone
