@@ -18,6 +18,13 @@ from alignflow.models.factory import BASE_MODEL_DIR, prepare_base_model
 from alignflow.models.model_config import ModelSpec
 
 
+@pytest.fixture(autouse=True)
+def empty_cache(monkeypatch, tmp_path):
+    """A cache of this test's own: another test may have converted or copied a model into the
+    session's."""
+    monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "cache"))
+
+
 def weights(folder) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
