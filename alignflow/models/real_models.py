@@ -82,8 +82,9 @@ REAL_MODELS: dict[str, RealModel] = {m.name: m for m in (SMOLLM2_135M_INSTRUCT,)
 # ---------------------------------------------------------------- where things live
 
 
-def models_cache_dir() -> Path:
-    return cache_home() / "models"
+def models_cache_dir(home: Path | None = None) -> Path:
+    """The models folder of this machine's cache, or of the cache folder ``home``."""
+    return (home or cache_home()) / "models"
 
 
 def gguf_cache_dir() -> Path:

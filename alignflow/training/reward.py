@@ -37,6 +37,7 @@ from alignflow.models.factory import (
     minilm_path,
     model_init_kwargs,
     peft_config,
+    placed,
     prepare_base_model,
     resolve_model_source,
     whole_model_precision_flags,
@@ -479,7 +480,7 @@ def measure_and_save_meta(
     """Held-out accuracy/margin/ECE, train reward mean/std; the stats go beside the weights.
     ``device``: where the model trained, so the measure runs there too."""
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, use_safetensors=True)
-    model = model if device is None else model.to(device)
+    model = placed(model, device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     meta = RewardMeta(
         objectives=names, weights=weights, max_length=stage.max_length, mode=stage.mode, pooling=stage.pooling
