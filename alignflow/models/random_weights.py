@@ -21,7 +21,7 @@ from typing import Any
 
 from alignflow.errors import InputError
 from alignflow.models.loading import TOKENIZER_FILES, load_tokenizer
-from alignflow.models.model_config import MINILM, TINY
+from alignflow.models.model_config import MINILM, TINY, minilm_folder
 from alignflow.models.real_models import (
     DIGEST_PREFIX_CHARS,
     PROVENANCE_FILE,
@@ -95,8 +95,6 @@ def config_source(name: str) -> Path:
 
 def minilm_config_folder() -> Path:
     """The MiniLM package's model folder (its weights are not read here)."""
-    from alignflow.models.factory import minilm_folder
-
     try:
         return minilm_folder()
     except ImportError as exc:
