@@ -102,3 +102,34 @@ def test_the_fp32_peak_is_measured_on_the_library_the_stages_use(monkeypatch):
         assert gemm_rate.peak_gflops("bfloat16", "cpu") > 0 and not calls
     finally:
         gemm_rate.peak_gflops.cache_clear()
+
+
+@pytest.mark.parametrize("bf16_math", [True, False])
+def test_bf16_valued_operands_give_the_fp32_product_in_either_mode(monkeypatch, bf16_math):
+    monkeypatch.setattr(fp32_gemm, "bf16_math_faster", lambda: bf16_math)
+    torch.manual_seed(0)
+    x = (torch.randn(64, 96) * 3).bfloat16().float()
+    w = torch.randn(200, 96).bfloat16().float()
+    exact = (x.double() @ w.double().T).float()
+    torch.testing.assert_close(fp32_gemm.bf16_valued_linear(x, w), exact, rtol=1e-5, atol=1e-4)
+    assert torch.backends.mkldnn.matmul.fp32_precision == "none"  # the mode ends with the product
+
+
+def test_bf16_math_on_operands_that_are_not_bf16_values_would_round(monkeypatch):
+    """Why the caller must vouch for its operands: fp32 values lose their low bits in bf16 math."""
+    if not fp32_gemm.bf16_math_faster():
+        pytest.skip("this CPU runs no faster in bf16 math: the mode is never used here")
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 96), torch.randn(200, 96)
+    exact = x.double() @ w.double().T
+    assert (fp32_gemm.bf16_valued_linear(x, w).double() - exact).abs().max() > 1e-3
+
+
+def test_a_bf16_mode_that_disagrees_with_fp32_is_never_chosen(monkeypatch):
+    real = fp32_gemm.fp32_linear
+    monkeypatch.setattr(fp32_gemm, "fp32_linear", lambda x, w: real(x, w) * 1.01)
+    fp32_gemm.bf16_math_faster.cache_clear()
+    try:
+        assert fp32_gemm.bf16_math_faster() is False
+    finally:
+        fp32_gemm.bf16_math_faster.cache_clear()

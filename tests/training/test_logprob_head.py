@@ -174,3 +174,34 @@ def test_the_streamed_pass_over_many_vocabulary_blocks_gives_the_whole_vocabular
     torch.testing.assert_close(scores["mean_logits"].double(), logits.mean(-1).detach(), atol=1e-5, rtol=1e-5)
     assert torch.equal(scores["is_top1"], logits.argmax(-1) == labels) and scores["is_top1"][5:10].all()
     torch.testing.assert_close(rows.grad.double(), exact.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_bf16_models_very_confident_rows_keep_fp32_numbers(temperature):
+    # logits spread over hundreds: most of the vocabulary sits far below e^-87 of the top, where
+    # the head floors the exponent (torch's exp is slow there); bf16 rows and head take the bf16
+    # math product where this CPU has it. Neither may move a number beyond fp32's own error.
+    torch.manual_seed(0)
+    weight = torch.randn(300, 32).bfloat16()
+    hidden = (torch.randn(24, 32) * torch.linspace(1.0, 40.0, 24)[:, None]).bfloat16()
+    labels = torch.randint(0, 300, (24,))
+    labels[:6] = (hidden[:6].float() @ weight.float().T).argmax(-1)  # p near one: 1 - p is tiny
+
+    rows = hidden.clone().requires_grad_(True)
+    scores = label_logprobs(rows, weight, labels, temperature=temperature)
+    (scores["log_probs"].sum() + 0.3 * scores["entropy"].sum()).backward()
+
+    exact = hidden.double().requires_grad_(True)
+    logits = exact @ weight.double().T / temperature
+    assert (logits.max(-1).values - logits.min(-1).values).max() > 300  # far past the floor
+    log_softmax = torch.log_softmax(logits, -1)
+    log_probs = log_softmax.gather(1, labels[:, None])[:, 0]
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    (log_probs.sum() + 0.3 * entropy.sum()).backward()
+
+    scale = logits.abs().max(-1).values.detach()  # fp32 logits carry a relative error
+    assert ((scores["log_probs"].double() - log_probs.detach()).abs() <= 1e-6 * scale + 1e-5).all()
+    assert ((scores["entropy"].double() - entropy.detach()).abs() <= 1e-6 * scale + 1e-5).all()
+    torch.testing.assert_close(
+        rows.grad.double(), exact.grad.to(torch.bfloat16).double(), atol=2e-2, rtol=2e-2
+    )
