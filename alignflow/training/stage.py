@@ -34,6 +34,7 @@ from alignflow.data.pairing import corpus_texts
 from alignflow.errors import InputError
 from alignflow.evaluation.cost import training_cost
 from alignflow.evaluation.metric_names import EVAL, before_key, eval_key
+from alignflow.models.cpu_heap import retain_freed_memory
 from alignflow.models.factory import mixed_precision_flags
 from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
@@ -95,6 +96,7 @@ def begin_stage(config: RunConfig, pipeline_seed: int, output_dir: str | Path) -
     """Seed everything with the stage's seed and create its output folder; every stage starts here."""
     seed = stage_seed(config, pipeline_seed)
     seed_everything(seed)
+    retain_freed_memory()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     return seed, output_dir
