@@ -18,6 +18,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from alignflow.errors import InputError
 from alignflow.models.cpu_attention import use_cpu_attention
 from alignflow.models.fp32_gemm import use_onednn_linears
+from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
 from alignflow.training.model_preparation import PreparedModelsMixin
@@ -51,6 +52,7 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
     half_precision_adapters: int = 0  # LoRA layers computing in their bf16/fp16 base's dtype
     cpu_attention: bool = False  # attention as plain matmuls on a CPU (alignflow.models.cpu_attention)
     onednn_linears: int = 0  # fp32 Linear layers whose products run on oneDNN (alignflow.models.fp32_gemm)
+    fused_norms: int = 0  # RMSNorm layers computed by one fused kernel on a CPU (alignflow.models.fused_norm)
 
     _fast_paths_on: bool = False
 
@@ -70,10 +72,12 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
         self.half_precision_adapters = compute_adapters_in_base_dtype(self.model)
         self.cpu_attention = use_cpu_attention(self.model)
         self.onednn_linears = use_onednn_linears(self.model)
+        self.fused_norms = use_fused_rms_norms(self.model)
         reference = getattr(self, "ref_model", None)
         if reference is not None:
             use_cpu_attention(reference)
             use_onednn_linears(reference)
+            use_fused_rms_norms(reference)
 
     def compute_paths(self) -> dict[str, str]:
         """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs
@@ -86,6 +90,7 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
             "compute.fp32_products": (
                 f"oneDNN ({self.onednn_linears} layers)" if self.onednn_linears else "torch"
             ),
+            "compute.fused_norms": str(self.fused_norms),
         }
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
