@@ -28,16 +28,6 @@ def test_the_product_matches_torchs_whichever_library_runs_it(monkeypatch, use_o
     assert tracked.grad_fn is not None and not calls
 
 
-def test_a_library_that_disagrees_with_torch_is_never_chosen(monkeypatch):
-    real = fp32_gemm._onednn_product
-    monkeypatch.setattr(fp32_gemm, "_onednn_product", lambda x, w: real(x, w) * 1.01)
-    fp32_gemm.onednn_fp32_faster.cache_clear()
-    try:
-        assert fp32_gemm.onednn_fp32_faster() is False
-    finally:
-        fp32_gemm.onednn_fp32_faster.cache_clear()
-
-
 def _mlp() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
@@ -125,11 +115,16 @@ def test_bf16_math_on_operands_that_are_not_bf16_values_would_round(monkeypatch)
     assert (fp32_gemm.bf16_valued_linear(x, w).double() - exact).abs().max() > 1e-3
 
 
-def test_a_bf16_mode_that_disagrees_with_fp32_is_never_chosen(monkeypatch):
-    real = fp32_gemm.fp32_linear
-    monkeypatch.setattr(fp32_gemm, "fp32_linear", lambda x, w: real(x, w) * 1.01)
-    fp32_gemm.bf16_math_faster.cache_clear()
+@pytest.mark.parametrize(
+    ("probe", "product"), [("onednn_fp32_faster", "_onednn_product"), ("bf16_math_faster", "fp32_linear")]
+)
+def test_a_faster_path_whose_product_disagrees_is_never_chosen(monkeypatch, probe, product):
+    # onednn's product against torch's; the bf16 math mode against the fp32 product
+    real = getattr(fp32_gemm, product)
+    monkeypatch.setattr(fp32_gemm, product, lambda x, w: real(x, w) * 1.01)
+    chooses = getattr(fp32_gemm, probe)
+    chooses.cache_clear()
     try:
-        assert fp32_gemm.bf16_math_faster() is False
+        assert chooses() is False
     finally:
-        fp32_gemm.bf16_math_faster.cache_clear()
+        chooses.cache_clear()

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from alignflow.models.fused_norm import fused_equals_own, use_fused_rms_norms
+from tests.models.tiny_llama import tiny_lm
 
 
 def _tiny_llama(dtype: torch.dtype) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config).to(dtype)
+    model = tiny_lm("sdpa").to(dtype)
     for norm in model.modules():  # weights that are not all ones, so a dropped weight shows
         if isinstance(norm, LlamaRMSNorm):
             norm.weight.data.uniform_(0.5, 1.5)
@@ -38,7 +29,7 @@ def _logits_and_grads(model: LlamaForCausalLM, ids: torch.Tensor) -> tuple[torch
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_norms_keep_outputs_and_gradients(dtype):
     model = _tiny_llama(dtype)
-    ids = torch.randint(0, 97, (3, 11))
+    ids = torch.randint(0, 50, (3, 11))
     before, grads_before = _logits_and_grads(model, ids)
     assert use_fused_rms_norms(model) == 2 * 2 + 1  # two per layer and the final one
     assert all(
