@@ -91,11 +91,16 @@ def bf16_math_faster() -> bool:
             return best_calls_per_second(lambda: x @ w.T, PROBE_SECONDS) >= ONEDNN_MARGIN * fp32
 
 
+def _untracked_cpu_fp32(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """fp32 CPU operands of a product autograd does not track (the faster paths have no gradient)."""
+    tracked = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    return x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and not tracked
+
+
 def bf16_valued_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` for fp32 CPU tensors that hold bf16 values (the caller vouches for it): in
     the bf16 math mode where that is faster here, otherwise as :func:`fp32_linear`."""
-    tracked = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and not tracked and bf16_math_faster():
+    if _untracked_cpu_fp32(x, w) and bf16_math_faster():
         with _bf16_math():
             return x @ w.T
     return fp32_linear(x, w)
@@ -104,13 +109,7 @@ def bf16_valued_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def fp32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` for 2-D fp32 CPU tensors, by whichever library is faster here; a product that
     autograd must track stays torch's (the oneDNN call has no gradient of its own)."""
-    tracked = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    if (
-        x.dtype == w.dtype == torch.float32
-        and x.device.type == "cpu"
-        and not tracked
-        and onednn_fp32_faster()
-    ):
+    if _untracked_cpu_fp32(x, w) and onednn_fp32_faster():
         return _onednn_product(x.contiguous(), w.contiguous())
     return x @ w.T
 

@@ -32,8 +32,8 @@ ROWS_PER_PASS = 1024
 ENTROPY_GRAD_ROWS = 64  # an entropy bonus's gradient (rare) takes whole [64, vocab] blocks
 # exponents are floored here before ``exp``: torch's vectorised fp32 exp falls to a path 20-30x
 # slower for arguments below about -87 (results that underflow), which most of a confident
-# model's vocabulary is (an AMX Xeon: 10 of a DPO step's 29 ms a block); e^-80 next to a
-# row's largest term (e^0) changes no fp32 sum
+# model's vocabulary is (an AMX Xeon, 2 cores: 10-20 ms for a [896, 2048] block, 0.5 floored);
+# e^-80 next to a row's largest term (e^0) changes no fp32 sum
 EXP_FLOOR = -80.0
 
 
