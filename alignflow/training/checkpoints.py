@@ -21,6 +21,7 @@ from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
+from alignflow.training.compilation import compile_layer_by_layer, compiled_regions, require_cpu_compiler
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
@@ -58,6 +59,8 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.args.torch_compile:
+            require_cpu_compiler(self.args.use_cpu)
         if self.args.disable_tqdm:
             from transformers.trainer_callback import PrinterCallback
 
@@ -79,6 +82,11 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
             use_onednn_linears(reference)
             use_fused_rms_norms(reference)
 
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        """transformers' Accelerator arguments, with ``torch_compile`` compiling layer by layer
+        (:mod:`alignflow.training.compilation`)."""
+        return compile_layer_by_layer(super()._build_accelerator_args(**kwargs))
+
     def compute_paths(self) -> dict[str, str]:
         """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs
         that differ in speed can be told apart in the MLflow UI."""
@@ -91,6 +99,7 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
                 f"oneDNN ({self.onednn_linears} layers)" if self.onednn_linears else "torch"
             ),
             "compute.fused_norms": str(self.fused_norms),
+            "compute.compiled_modules": str(compiled_regions(self.model_wrapped)),
         }
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:

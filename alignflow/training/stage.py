@@ -138,6 +138,7 @@ def trainer_arguments(
         # drops whichever name a config class does not have).
         "activation_checkpointing": config.gradient_checkpointing,
         "gradient_checkpointing": config.gradient_checkpointing,
+        "torch_compile": config.torch_compile or None,  # off: transformers' default (its env settings)
     }
     args.update(config.extra_args)
     return {k: v for k, v in args.items() if v is not None or k == "save_total_limit"}

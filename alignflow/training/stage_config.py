@@ -51,6 +51,12 @@ class StageConfig(RunConfig):
         carry their own labels (a batch of similar lengths could then be a batch of one label)."""
         return self.group_by_length
 
+    torch_compile: bool = Field(
+        False,
+        description="compile each decoder layer with torch.compile (accelerate's regional compilation, "
+        "dynamic shapes): faster steps once compiled, about half a minute of compiling first; "
+        "pays on long runs",
+    )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="passed through to the TRL/transformers config (any field it has)"
     )
