@@ -25,11 +25,16 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from alignflow.models.matmul_backward_attention import flash_forward_matmul_backward
+
 CPU_ATTENTION = "alignflow_cpu_attention"
 MATMUL_ATTENTION_TOKENS = 256  # the longest keys plain matmuls attend over faster than SDPA here
 # a training forward keeps each layer's [rows, heads, queries, keys] weights for its backward
 # (SDPA's flash kernel keeps none): past this many entries a layer, SDPA, to bound the memory
 MATMUL_TRAINING_SCORES = 4_000_000
+# a compiled backward recomputes a layer's weights in fp32 (a few such tensors at once): up to
+# this many entries (64 MB each), else SDPA's own backward
+MATMUL_BACKWARD_SCORES = 16_000_000
 
 
 def _causal(queries: int, keys: int, device: torch.device | None = None) -> torch.Tensor:
@@ -54,6 +59,17 @@ def matmuls_win(module: Any, query: torch.Tensor, key: torch.Tensor, dropout: fl
     return not keeps_weights or query.shape[0] * query.shape[1] * q_len * kv_len <= MATMUL_TRAINING_SCORES
 
 
+def backward_by_matmuls(query: torch.Tensor, key: torch.Tensor, dropout: float) -> bool:
+    """Whether a forward SDPA would take keeps its weights for a backward that is being
+    compiled now, and is small enough to recompute them in it
+    (:mod:`~alignflow.models.matmul_backward_attention`)."""
+    if dropout or not torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        return False
+    if not (query.requires_grad or key.requires_grad):
+        return False
+    return query.shape[0] * query.shape[1] * query.shape[2] * key.shape[2] <= MATMUL_BACKWARD_SCORES
+
+
 def grouped_attention(
     module: Any,
     query: torch.Tensor,
@@ -70,22 +86,26 @@ def grouped_attention(
     The query heads that share a key/value head are stacked as rows of one matmul against it,
     softmax in fp32 as eager attention does, masked positions at the dtype's minimum (a
     padding row reads uniformly rather than NaN). SDPA instead where it wins or where the
-    weights would take too much memory (:func:`matmuls_win`).
+    weights would take too much memory (:func:`matmuls_win`); in a compiled training forward
+    SDPA's flash forward with a matmul backward (:func:`backward_by_matmuls`).
     """
+    q_len, kv_len = query.shape[2], key.shape[2]
+    batch, heads, _, dim = query.shape
+    scale = dim**-0.5 if scaling is None else scaling
+    causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
+    mask = _causal(q_len, kv_len, query.device) if causal else attention_mask
     if not matmuls_win(module, query, key, dropout):
+        if backward_by_matmuls(query, key, dropout):
+            out = flash_forward_matmul_backward(query, key, value, mask, scale)
+            return out.transpose(1, 2).contiguous(), None
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    q_len, kv_len = query.shape[2], key.shape[2]
-    batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
-    scale = dim**-0.5 if scaling is None else scaling
     # query head h reads kv head h // group: its rows follow the group's other heads' rows
     grouped = query.reshape(batch, kv_heads, group * q_len, dim)
     scores = (torch.matmul(grouped, key.transpose(2, 3)) * scale).view(batch, kv_heads, group, q_len, kv_len)
-    causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
-    mask = _causal(q_len, kv_len, query.device) if causal else attention_mask
     if mask is not None:  # SDPA's: [batch, 1, q, length] bool (True reads) or additive
         mask = mask.unsqueeze(2) if mask.dim() == 4 else mask
         if mask.dtype == torch.bool:
