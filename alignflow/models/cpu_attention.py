@@ -43,6 +43,15 @@ def _causal(queries: int, keys: int, device: torch.device | None = None) -> torc
     return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
 
+def _mask_of(module: Any, attention_mask: torch.Tensor | None, query: torch.Tensor, keys: int):
+    """The mask a call attends with: the one given, or a causal one where none is and the
+    module is causal over more than one query."""
+    q_len = query.shape[2]
+    if attention_mask is None and q_len > 1 and getattr(module, "is_causal", True):
+        return _causal(q_len, keys, query.device)
+    return attention_mask
+
+
 def matmuls_win(module: Any, query: torch.Tensor, key: torch.Tensor, dropout: float) -> bool:
     """Whether :func:`grouped_attention` computes this call with plain matmuls: every decoding
     step; a prefill or training forward over at most :data:`MATMUL_ATTENTION_TOKENS` keys,
@@ -92,15 +101,15 @@ def grouped_attention(
     q_len, kv_len = query.shape[2], key.shape[2]
     batch, heads, _, dim = query.shape
     scale = dim**-0.5 if scaling is None else scaling
-    causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
-    mask = _causal(q_len, kv_len, query.device) if causal else attention_mask
     if not matmuls_win(module, query, key, dropout):
-        if backward_by_matmuls(query, key, dropout):
-            out = flash_forward_matmul_backward(query, key, value, mask, scale)
-            return out.transpose(1, 2).contiguous(), None
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        if not backward_by_matmuls(query, key, dropout):
+            return sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
+        mask = _mask_of(module, attention_mask, query, kv_len)
+        out = flash_forward_matmul_backward(query, key, value, mask, scale)
+        return out.transpose(1, 2).contiguous(), None
+    mask = _mask_of(module, attention_mask, query, kv_len)
     kv_heads = key.shape[1]
     group = heads // kv_heads
     # query head h reads kv head h // group: its rows follow the group's other heads' rows

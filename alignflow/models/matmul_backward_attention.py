@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers.integrations.sdpa_attention import repeat_kv
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -50,8 +51,10 @@ class _FlashForwardMatmulBackward(torch.autograd.Function):
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """SDPA's bool mask (True reads) as the additive one the flash kernel takes, in ``dtype``
     (masked at its minimum, so a row with nothing to read stays finite, as SDPA's does)."""
-    if mask is None or mask.dtype != torch.bool:
-        return None if mask is None else mask.to(dtype)
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        return mask.to(dtype)
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
@@ -65,7 +68,6 @@ def flash_forward_matmul_backward(
     """Attention of ``query`` [batch, heads, q, dim] over ``key``/``value`` [batch, kv heads,
     keys, dim] (each key/value head serving its group of query heads), ``mask`` SDPA's
     [batch, 1, q, keys] (bool or additive) or None for no mask; [batch, heads, q, dim]."""
-    group = query.shape[1] // key.shape[1]
-    if group > 1:  # the kernel wants one key/value head per query head
-        key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    group = query.shape[1] // key.shape[1]  # the kernel wants one key/value head per query head
+    key, value = repeat_kv(key, group), repeat_kv(value, group)
     return _FlashForwardMatmulBackward.apply(query, key, value, additive_mask(mask, query.dtype), scale)

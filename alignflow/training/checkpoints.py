@@ -21,7 +21,7 @@ from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
-from alignflow.training.compilation import compile_layer_by_layer, compiled_regions, require_cpu_compiler
+from alignflow.training.compilation import compile_layer_by_layer, compiled_modules, require_cpu_compiler
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
@@ -99,7 +99,7 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
                 f"oneDNN ({self.onednn_linears} layers)" if self.onednn_linears else "torch"
             ),
             "compute.fused_norms": str(self.fused_norms),
-            "compute.compiled_modules": str(compiled_regions(self.model_wrapped)),
+            "compute.compiled_modules": str(compiled_modules(self.model_wrapped)),
         }
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:

@@ -18,6 +18,7 @@ import shutil
 from typing import Any
 
 import torch
+from accelerate.utils import DynamoBackend
 
 from alignflow.errors import InputError
 
@@ -28,13 +29,13 @@ def compile_layer_by_layer(accelerator_args: dict[str, Any]) -> dict[str, Any]:
     """The Accelerator's arguments with its dynamo plugin (present when ``torch_compile`` is on)
     set to compile the repeated blocks alone, with dynamic shapes."""
     plugin = accelerator_args.get("dynamo_plugin")
-    if plugin is not None and str(getattr(plugin.backend, "value", plugin.backend)).upper() != "NO":
+    if plugin is not None and plugin.backend != DynamoBackend.NO:
         plugin.use_regional_compilation = True
         plugin.dynamic = True
     return accelerator_args
 
 
-def compiled_regions(model: Any) -> int:
+def compiled_modules(model: Any) -> int:
     """How many modules of ``model`` run compiled (what a run reports, not what it asked for)."""
     return sum(isinstance(m, torch._dynamo.eval_frame.OptimizedModule) for m in model.modules())
 

@@ -44,6 +44,16 @@ def sft_result(tmp_path_factory, demo_snapshot):
     return run_sft(config, demo_snapshot, tmp_path_factory.mktemp("sft"))
 
 
+@pytest.fixture
+def stage_tags(monkeypatch) -> dict[str, str]:
+    """The tags a stage run sets on its tracking run, collected here instead of in MLflow."""
+    from alignflow.training import stage
+
+    tags: dict[str, str] = {}
+    monkeypatch.setattr(stage.tracking, "set_tags", tags.update)
+    return tags
+
+
 @pytest.fixture(scope="session")
 def task_accuracy_of():
     return _task_accuracy_of

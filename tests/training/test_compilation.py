@@ -11,7 +11,7 @@ from accelerate.utils import TorchDynamoPlugin
 from safetensors.torch import load_file
 
 from alignflow.errors import InputError
-from alignflow.training import compilation, stage
+from alignflow.training import compilation
 
 
 def test_an_inductor_plugin_is_set_to_compile_layer_by_layer_with_dynamic_shapes():
@@ -29,11 +29,11 @@ def test_without_torch_compile_the_plugin_stays_off():
     assert compilation.compile_layer_by_layer({}) == {}
 
 
-def test_compiled_regions_counts_what_runs_compiled():
+def test_compiled_modules_counts_what_runs_compiled():
     layers = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
-    assert compilation.compiled_regions(layers) == 0
+    assert compilation.compiled_modules(layers) == 0
     layers[1] = torch.compile(layers[1])
-    assert compilation.compiled_regions(layers) == 1
+    assert compilation.compiled_modules(layers) == 1
 
 
 def test_a_cpu_without_a_cpp_compiler_is_refused_before_any_step(monkeypatch):
@@ -44,12 +44,10 @@ def test_a_cpu_without_a_cpp_compiler_is_refused_before_any_step(monkeypatch):
 
 
 def test_a_compiled_dpo_stage_trains_every_layer_compiled_and_saves_plain_weights(
-    demo_config, demo_snapshot, sft_result, tmp_path, monkeypatch
+    demo_config, demo_snapshot, sft_result, tmp_path, stage_tags
 ):
     from alignflow.training.dpo import run_dpo
 
-    tags: dict[str, str] = {}
-    monkeypatch.setattr(stage.tracking, "set_tags", tags.update)
     config = demo_config(
         "dpo.max_steps=3",
         "dpo.save_steps=1000",
@@ -61,7 +59,7 @@ def test_a_compiled_dpo_stage_trains_every_layer_compiled_and_saves_plain_weight
     assert result.metrics["global_step"] == 3 and math.isfinite(result.metrics["train_loss"])
     layers = _decoder_layers(result.model_dir)
     # every decoder layer, and the parts outside them compiled whole (embedding, final norm, head)
-    assert int(tags["compute.compiled_modules"]) > layers > 1
+    assert int(stage_tags["compute.compiled_modules"]) > layers > 1
     weights = load_file(next(iter(sorted(_safetensors(result.model_dir)))))
     assert weights and not any("_orig_mod" in key for key in weights)  # loadable by any transformers
 

@@ -7,13 +7,12 @@ import pytest
 
 from alignflow.models import shared_prefill
 from alignflow.models.merged_copy import MergedCopy
-from alignflow.training import stage
 from alignflow.training.grpo_config import GRPOConfig
 
 
 @pytest.mark.parametrize("merged", [True, False])
 def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
-    merged, sft_result, demo_snapshot, demo_config, tmp_path, monkeypatch
+    merged, sft_result, demo_snapshot, demo_config, tmp_path, monkeypatch, stage_tags
 ):
     from alignflow.training.grpo import run_grpo
 
@@ -28,8 +27,6 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
         return real_prefill(model, ids, mask)
 
     monkeypatch.setattr(shared_prefill, "prefill", counted_prefill)
-    tags: dict[str, str] = {}
-    monkeypatch.setattr(stage.tracking, "set_tags", tags.update)
     config = demo_config(
         "model.lora.enabled=true",
         "grpo.max_steps=3",
@@ -46,5 +43,6 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     assert prefilled == [grpo.per_device_train_batch_size // grpo.num_generations] * 3
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
     # the run says which faster paths it took: the frozen head of a LoRA policy scored the labels
-    assert tags["compute.label_head"].startswith("on (") and tags["compute.half_precision_adapters"] == "0"
-    assert tags["compute.attention"] == "cpu matmuls"
+    assert stage_tags["compute.label_head"].startswith("on (")
+    assert stage_tags["compute.half_precision_adapters"] == "0"
+    assert stage_tags["compute.attention"] == "cpu matmuls"
