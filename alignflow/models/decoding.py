@@ -14,8 +14,9 @@ key/value heads, 72 -> 62 ms a decoding step on SmolLM2 against SDPA). Two more 
   one uniform number a row and finds it in the cumulative sums (0.4 ms): the same
   distribution, another random stream.
 
-:func:`cpu_decoding` applies all three while a model generates on a CPU; on other devices
-nothing changes.
+:func:`cpu_decoding` applies all three while a model generates on a CPU, and decodes through
+keys and values laid out once (:mod:`alignflow.models.fixed_cache_decoding`) where the call
+allows; on other devices nothing changes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from alignflow.models.cpu_attention import attention_of, restore_attention, use_cpu_attention
+from alignflow.models.fixed_cache_decoding import fixed_cache_decoding
 
 
 def contiguous_head_input(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -93,8 +95,9 @@ def categorical_draws() -> Iterator[None]:
 @contextlib.contextmanager
 def cpu_decoding(model: Any) -> Iterator[Any]:
     """While generating with ``model`` on a CPU: :func:`use_cpu_attention`, a contiguous input
-    to the output head and :func:`categorical_draws`, all undone on exit. ``model`` is yielded
-    unchanged elsewhere."""
+    to the output head, :func:`categorical_draws` and
+    :func:`~alignflow.models.fixed_cache_decoding.fixed_cache_decoding`, all undone on exit.
+    ``model`` is yielded unchanged elsewhere."""
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type != "cpu":
         yield model
@@ -106,4 +109,5 @@ def cpu_decoding(model: Any) -> Iterator[Any]:
         if isinstance(head, torch.nn.Module):
             undo.callback(head.register_forward_pre_hook(contiguous_head_input).remove)
         undo.enter_context(categorical_draws())
+        undo.enter_context(fixed_cache_decoding(model))
         yield model

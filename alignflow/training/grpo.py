@@ -74,7 +74,8 @@ class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
         if self.merged_copy is not None:
             self.model_wrapped = sampler
         try:
-            with cpu_decoding(sampler), sharing_prefills(self.accelerator.unwrap_model(self.model_wrapped)):
+            # cpu_decoding's generate goes first, and hands what it cannot take to the sharing one
+            with sharing_prefills(self.accelerator.unwrap_model(self.model_wrapped)), cpu_decoding(sampler):
                 return super()._generate_single_turn(*args, **kwargs)
         finally:
             self.model_wrapped = wrapped

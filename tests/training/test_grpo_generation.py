@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from alignflow.models import shared_prefill
+from alignflow.models import fixed_cache_decoding, shared_prefill
 from alignflow.models.merged_copy import MergedCopy
 from alignflow.training.grpo_config import GRPOConfig
 
@@ -20,13 +20,21 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     real_refresh = MergedCopy.refresh
     monkeypatch.setattr(MergedCopy, "refresh", lambda self, m: refreshed.append(1) or real_refresh(self, m))
     prefilled = []
-    real_prefill = shared_prefill.prefill
+    real_prefill = fixed_cache_decoding.prefill_rows
 
     def counted_prefill(model, ids, mask):
-        prefilled.append(len(ids))
-        return real_prefill(model, ids, mask)
+        cache, rows, logits = real_prefill(model, ids, mask)
+        prefilled.append((len(ids), cache.layers[0].keys.shape[0]))
+        return cache, rows, logits
 
-    monkeypatch.setattr(shared_prefill, "prefill", counted_prefill)
+    monkeypatch.setattr(fixed_cache_decoding, "prefill_rows", counted_prefill)
+    shared = []
+    real_shared_prefill = shared_prefill.prefill
+    monkeypatch.setattr(
+        shared_prefill,
+        "prefill",
+        lambda m, ids, mask: shared.append(len(ids)) or real_shared_prefill(m, ids, mask),
+    )
     config = demo_config(
         "model.lora.enabled=true",
         "grpo.max_steps=3",
@@ -38,9 +46,15 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     assert result.metrics["global_step"] == 3
     # one generation per step at these settings, and the held-out reward before and after
     assert len(refreshed) == (3 + 2 if merged else 0)
-    # 16 rows a generation, 4 prompts x 4 completions: each prompt read once
+    # 16 rows a generation, 4 prompts x 4 completions, sampled through the fixed cache: each
+    # prompt read once; the held-out reward's one row before and after training decodes so too.
+    # The PEFT model itself samples through generate, each prompt prefilled once
     grpo = config.section_as("grpo", GRPOConfig)
-    assert prefilled == [grpo.per_device_train_batch_size // grpo.num_generations] * 3
+    group = (grpo.per_device_train_batch_size, grpo.per_device_train_batch_size // grpo.num_generations)
+    if merged:
+        assert prefilled == [(1, 1), group, group, group, (1, 1)] and not shared
+    else:
+        assert shared == [group[1]] * 3 and not prefilled
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
     # the run says which faster paths it took: the frozen head of a LoRA policy scored the labels
     assert stage_tags["compute.label_head"].startswith("on (")
