@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 
-from alignflow.models.shared_prefill import distinct_rows
+from alignflow.models.shared_prefill import distinct_rows, generate_wrapped
 
 # decoder layers of pre-norm attention (rotary positions, grouped keys) and a gated MLP,
 # with the same module names
@@ -218,28 +218,21 @@ def choose_tokens(plan: FixedCachePlan, sequences: torch.Tensor, logits: torch.T
     return torch.multinomial(torch.softmax(scores, dim=-1), 1)[:, 0]
 
 
-@contextlib.contextmanager
-def fixed_cache_decoding(model: Any) -> Iterator[Any]:
+def fixed_cache_decoding(model: Any) -> contextlib.AbstractContextManager[Any]:
     """While inside, ``model.generate(input_ids=..., attention_mask=..., generation_config=...)``
     samples through :func:`sample_with_fixed_cache` where :func:`fixed_cache_plan` allows;
     every other call goes to the ``generate`` in place on entry."""
-    shadowed = vars(model).get("generate")
-    plain = model.generate
 
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-        if args or ids is None or mask is None:
-            return plain(*args, **kwargs)
-        plan = fixed_cache_plan(model, ids, kwargs)
-        if plan is None:
-            return plain(*args, **kwargs)
-        return sample_with_fixed_cache(model, ids, mask, plan)
+    def wrap(plain: Callable[..., Any]) -> Callable[..., Any]:
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+            if args or ids is None or mask is None:
+                return plain(*args, **kwargs)
+            plan = fixed_cache_plan(model, ids, kwargs)
+            if plan is None:
+                return plain(*args, **kwargs)
+            return sample_with_fixed_cache(model, ids, mask, plan)
 
-    model.generate = generate
-    try:
-        yield model
-    finally:
-        if shadowed is None:
-            del model.generate
-        else:
-            model.generate = shadowed
+        return generate
+
+    return generate_wrapped(model, wrap)

@@ -97,17 +97,11 @@ def generate_sharing_prefills(
 
 
 @contextlib.contextmanager
-def sharing_prefills(model: Any) -> Iterator[Any]:
-    """While inside, ``model.generate(input_ids=...)`` prefills each distinct row once."""
+def generate_wrapped(model: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[Any]:
+    """While inside, ``model.generate`` is ``wrap(the generate in place on entry)``; on exit the
+    instance holds what it held before (its own attribute, or none)."""
     shadowed = vars(model).get("generate")
-    plain = model.generate
-
-    def generate(input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
-        if input_ids is None:
-            return plain(**kwargs)
-        return generate_sharing_prefills(plain, model, input_ids, **kwargs)
-
-    model.generate = generate
+    model.generate = wrap(model.generate)
     try:
         yield model
     finally:
@@ -115,6 +109,20 @@ def sharing_prefills(model: Any) -> Iterator[Any]:
             del model.generate
         else:
             model.generate = shadowed
+
+
+def sharing_prefills(model: Any) -> contextlib.AbstractContextManager[Any]:
+    """While inside, ``model.generate(input_ids=...)`` prefills each distinct row once."""
+
+    def wrap(plain: Callable[..., Any]) -> Callable[..., Any]:
+        def generate(input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
+            if input_ids is None:
+                return plain(**kwargs)
+            return generate_sharing_prefills(plain, model, input_ids, **kwargs)
+
+        return generate
+
+    return generate_wrapped(model, wrap)
 
 
 MIN_SHARED_OPENING = 8  # fewer common leading tokens are not worth a separate prefill
