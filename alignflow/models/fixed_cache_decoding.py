@@ -97,7 +97,6 @@ def fixed_cache_plan(model: Any, input_ids: torch.Tensor, kwargs: dict[str, Any]
     model._prepare_special_tokens(generation, True, device=input_ids.device, batch_size=len(input_ids))
     eos, pad = generation._eos_token_tensor, generation._pad_token_tensor
     eos_ids = () if eos is None else tuple(int(t) for t in eos.flatten().tolist())
-    pad = int(pad) if pad is not None else 0
     processors = model._get_logits_processor(
         generation_config=generation,
         input_ids_seq_length=prompt,
@@ -105,7 +104,8 @@ def fixed_cache_plan(model: Any, input_ids: torch.Tensor, kwargs: dict[str, Any]
         device=input_ids.device,
         model_kwargs={"attention_mask": kwargs.get("attention_mask")},  # (a penalty skips the padding)
     )
-    return FixedCachePlan(int(new), bool(generation.do_sample), eos_ids, int(pad), processors)
+    pad_id = 0 if pad is None else int(pad)
+    return FixedCachePlan(int(new), bool(generation.do_sample), eos_ids, pad_id, processors)
 
 
 class FixedCache:
@@ -191,7 +191,7 @@ def sample_with_fixed_cache(
     prefilled, index, logits = prefill_rows(model, input_ids, mask)
     cache = FixedCache(prefilled, index, mask, prompt + plan.max_new_tokens)
     del prefilled
-    out = torch.full((rows, prompt + plan.max_new_tokens), plan.pad_token_id, dtype=input_ids.dtype)
+    out = input_ids.new_full((rows, prompt + plan.max_new_tokens), plan.pad_token_id)
     out[:, :prompt] = input_ids
     positions = mask.sum(-1) - 1
     unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
