@@ -8,10 +8,12 @@ rows x 40 tokens on 2 CPU cores, that bookkeeping cost more than the matrix prod
 decode. :func:`sample_with_fixed_cache` prefills each distinct prompt once with the model's
 own forward, copies its cache into buffers sized for the whole answer, then runs each decode
 step through the model's own modules (norms, projections, rotary embedding, MLP, head) with
-attention written as two matmuls over the filled part of the buffers. Token choice goes
-through the logits processors transformers builds for the same generation config, so the
-settings mean what they mean to ``generate``; the output has ``generate``'s layout (the
-prompt, then the new tokens, rows that ended padded).
+torch's fused attention (grouped keys read in place) over the filled part of the buffers: on
+an AMX Xeon 86 us a layer against 259 for two matmuls and a softmax, whose bf16 products copied
+the sliced keys first (SmolLM2, 16 rows, ~100 keys). Token choice goes through the logits
+processors transformers builds for the same generation config, so the settings mean what they
+mean to ``generate``; the output has ``generate``'s layout (the prompt, then the new tokens,
+rows that ended padded).
 
 Only calls it can honour take this path (:func:`fixed_cache_plan`): a transformers model of a
 type listed in :data:`DECODER_TYPES` attending to its whole context, ids and an attention mask,
@@ -154,10 +156,14 @@ def decode_step(model: Any, cache: FixedCache, tokens: torch.Tensor, positions: 
         query, key = rotate(query, key, cos, sin)
         keys[:, :, slot] = key[:, :, 0]
         values[:, :, slot] = attention.v_proj(x).view(rows, kv_heads, head_dim)
-        grouped = query.reshape(rows, kv_heads, -1, head_dim)
-        scores = torch.matmul(grouped, keys[:, :, : slot + 1].transpose(2, 3)) * attention.scaling + bias
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-        read = torch.matmul(weights, values[:, :, : slot + 1]).reshape(rows, 1, -1)
+        read = torch.nn.functional.scaled_dot_product_attention(
+            query,
+            keys[:, :, : slot + 1],
+            values[:, :, : slot + 1],
+            attn_mask=bias,
+            scale=attention.scaling,
+            enable_gqa=True,
+        ).reshape(rows, 1, -1)
         hidden = hidden + attention.o_proj(read)
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
     return model.get_output_embeddings()(base.norm(hidden))[:, -1]
