@@ -26,12 +26,14 @@ loop rates leave it out, the whole call includes it.
 - GRPO: the word problems of ``configs/smollm2-math.yaml`` with the correctness and format
   verifiers. Reported: completions/s and tokens/s (prompt and completion tokens TRL counts
   in ``num_tokens``), the run's mean reward and the trained model's greedy reward on 40
-  held-out problems, MFU over the loop's tokens and time (generation included).
+  held-out problems, MFU over the loop's tokens and time (generation's FLOPs and time included).
 
 MFU reads model FLOPs against this machine's GEMM peak in that dtype, measured in the same run
 before the cases and after them, the higher of the two (``bench.real_model_bench.gemm_peak_gflops``:
-the fastest product over 3 s, since AMX took 0.6 s to reach full speed): 4 N per trained token
-for a frozen base with adapters (forward and input gradients, no weight gradients), N the model's parameters.
+the fastest product over 3 s, since AMX took 0.6 s to reach full speed), N the model's
+parameters: 4 N per trained token for a frozen base with adapters (forward and input gradients,
+no weight gradients), and for GRPO 2 N more per token for sampling it (:data:`FLOPS_PER_TOKEN`);
+the training-only figure is reported beside it.
 
 Each case runs in its own process (its peak RSS is its own), ``REPEATS`` times (default 2),
 the sides' order alternating per repeat (ABBA); the train-loop rates leave out step 1
@@ -425,8 +427,25 @@ def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _mfu(case: dict[str, Any], n_params: int, peak_gflops: float) -> float:
-    return 4 * n_params * case["tokens_per_s"] / (peak_gflops * 1e9)
+# model FLOPs per token in units of N, by what a stage's loop does with the token: a frozen base
+# with adapters trains at 4 N (forward and input gradients, no weight gradients); GRPO first
+# samples every row, 2 N per prompt and completion token of each row (one forward pass of the
+# token: the nominal work, whatever a cache or a shared prompt saves), as DeepSpeed-Chat counts
+# its generation when it reports an RLHF step's throughput
+FLOPS_PER_TOKEN = {"dpo": {"training": 4}, "grpo": {"sampling": 2, "training": 4}}
+
+
+def model_flops_per_token(case: str, n_params: int) -> dict[str, float]:
+    """Model FLOPs per loop token of ``case`` (``stage:side``), by phase."""
+    return {phase: factor * n_params for phase, factor in FLOPS_PER_TOKEN[case.split(":")[0]].items()}
+
+
+def mfu(case: str, tokens_per_s: float, n_params: int, peak_gflops: float) -> dict[str, float]:
+    """MFU over the loop's wall time: ``all`` counts every phase's model FLOPs, ``training``
+    only the training pass's (the figure this bench reported before GRPO's sampling was counted)."""
+    flops = model_flops_per_token(case, n_params)
+    per_s = peak_gflops * 1e9
+    return {"all": sum(flops.values()) * tokens_per_s / per_s, "training": flops["training"] * tokens_per_s / per_s}
 
 
 def _load_note(r: dict[str, Any]) -> str:
@@ -475,9 +494,9 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
         "",
         "| case | steps | rows/s (train loop, after step 1; min-max) | tokens/s | rows/s (whole call) "
-        "| MFU | peak RSS MB "
+        "| MFU (all model FLOPs) | MFU (training FLOPs only) | peak RSS MB "
         "| quality |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, case in c.items():
         quality = (
@@ -490,7 +509,8 @@ def _markdown(r: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {case['steps']:.0f} | {rate} "
             f"| {case['tokens_per_s']:.0f} | "
-            f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['peak_rss_mb']:.0f} | {quality} |"
+            f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['mfu_training']:.1%} "
+            f"| {case['peak_rss_mb']:.0f} | {quality} |"
         )
     lines += ["", "Held-out DPO loss by repeat (same seed, same batches both sides):", ""]
     for repeat, (ours, theirs) in enumerate(paired_losses(r)):
@@ -504,8 +524,11 @@ def _markdown(r: dict[str, Any]) -> str:
         "(prompt and completion tokens the training loop processed). The train-loop rates leave out",
         "step 1 on both sides (warm-up: compiling the decoder layers, which both sides do with",
         "`torch_compile` layer by layer from a cold inductor cache, one-off allocations and set-up; "
-        f"median {r['warm_up_s']:.1f} s); repeats alternate which side runs first (ABBA). GRPO's MFU",
-        "counts its loop's tokens over the whole loop, generation included. TRL's reference pass is",
+        f"median {r['warm_up_s']:.1f} s); repeats alternate which side runs first (ABBA). MFU is",
+        "model FLOPs over the loop's wall time against the GEMM peak: 4 N per token trained (frozen",
+        "base, adapters: forward and input gradients); GRPO's loop also samples each row's prompt and",
+        "completion tokens, 2 N a token (nominal, as DeepSpeed-Chat counts generation), which the",
+        "all-FLOPs column adds and the training-only column leaves out. TRL's reference pass is",
         "part of its whole call; alignflow's cached reference pass is too (cold cache in every run).",
         "Held-out: DPO loss on 48 HH pairs by TRL's evaluation against SmolLM2; GRPO reward",
         "(correctness + 0.2 x format) of greedy answers to 40 word problems not trained on.",
@@ -550,8 +573,9 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     peak = max(peaks.values())
     n_params = _parameters(smollm2_path())
     cases = {case: _median(r) for case, r in runs.items()}
-    for case in cases.values():
-        case["mfu"] = _mfu(case, n_params, peak)
+    for name, case in cases.items():
+        shares = mfu(name, case["tokens_per_s"], n_params, peak)
+        case["mfu"], case["mfu_training"] = shares["all"], shares["training"]
     ratios = {}
     for stage in ("dpo", "grpo"):
         ours, theirs = cases[f"{stage}:alignflow"], cases[f"{stage}:trl"]

@@ -1,13 +1,17 @@
-"""The TRL bench's table says which dtype each run trained in, from the runs, not the config."""
+"""The TRL bench's table says which dtype each run trained in, from the runs, not the config,
+and prices each stage's loop at the model FLOPs it does."""
 
 from __future__ import annotations
 
-from bench.real_model_trl_bench import _markdown, trained_dtypes
+import pytest
+
+from bench.real_model_trl_bench import _markdown, mfu, trained_dtypes
 
 
 def _case(dtypes: list[str], loss: float | None = None) -> dict:
     runs = [{"dtype": d, "rows_per_s": 1.0 + i, "held_out_loss": loss} for i, d in enumerate(dtypes)]
-    case = {"steps": 4, "rows_per_s": 1.5, "tokens_per_s": 100.0, "call_rows_per_s": 1.0, "mfu": 0.2}
+    case = {"steps": 4, "rows_per_s": 1.5, "tokens_per_s": 100.0, "call_rows_per_s": 1.0, "mfu": 0.3}
+    case |= {"mfu_training": 0.2}
     case |= {"peak_rss_mb": 1000.0, "runs": runs}
     if loss is None:
         return case | {"held_out_reward": 0.2, "mean_reward": 0.1}
@@ -41,3 +45,19 @@ def test_a_run_that_trained_in_another_dtype_is_named_in_the_header():
 def test_runs_all_in_the_peak_s_dtype_say_so():
     header = _markdown(_result(["bfloat16"] * 3)).splitlines()[2]
     assert "bfloat16 weights + LoRA r16 on every linear layer, both sides, every run" in header
+
+
+def test_grpo_mfu_counts_sampling_each_token_as_a_forward_pass():
+    # 1e8 parameters, 100 tokens/s, a 100 GFLOP/s peak: training 4 N = 40%, sampling 2 N more
+    grpo = mfu("grpo:alignflow", 100.0, 100_000_000, 100.0)
+    assert grpo == pytest.approx({"all": 0.6, "training": 0.4})
+
+
+def test_dpo_mfu_is_its_training_pass_alone():
+    assert mfu("dpo:trl", 100.0, 100_000_000, 100.0) == pytest.approx({"all": 0.4, "training": 0.4})
+
+
+def test_the_table_shows_both_mfu_figures():
+    table = _markdown(_result(["bfloat16"]))
+    assert "| MFU (all model FLOPs) | MFU (training FLOPs only) |" in table
+    assert "| 30.0% | 20.0% |" in table.split("| grpo:alignflow |")[1].splitlines()[0]
