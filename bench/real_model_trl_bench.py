@@ -445,7 +445,8 @@ def mfu(case: str, tokens_per_s: float, n_params: int, peak_gflops: float) -> di
     only the training pass's (the figure this bench reported before GRPO's sampling was counted)."""
     flops = model_flops_per_token(case, n_params)
     per_s = peak_gflops * 1e9
-    return {"all": sum(flops.values()) * tokens_per_s / per_s, "training": flops["training"] * tokens_per_s / per_s}
+    rate = tokens_per_s / per_s
+    return {"all": sum(flops.values()) * rate, "training": flops["training"] * rate}
 
 
 def _load_note(r: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from alignflow.models.fp32_gemm import bf16_valued_linear, fp32_linear
+from alignflow.models.packed_rows import last_hidden_state
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 # the head is read in blocks of VOCAB_BLOCK tokens for up to ROWS_PER_PASS rows at once: a
@@ -270,7 +271,9 @@ def install_label_head(
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("shift_labels", None)
         kwargs["use_cache"] = False
-        hidden = self.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+        body = self.base_model  # padding-free where the call allows (alignflow.models.packed_rows)
+        hidden = body(*args, **kwargs).last_hidden_state if args else last_hidden_state(body, **kwargs)
+        hidden = hidden[:, :-1]
         targets = labels[:, 1:]
         mask = targets != -100
         scores = label_logprobs(hidden[mask], head.weight, targets[mask], temperature)

@@ -10,6 +10,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
+from alignflow.models.packed_rows import pack_plan
 from alignflow.training import logprob_head
 from alignflow.training.logprob_head import EXTRAS, install_label_head, label_logprobs
 
@@ -205,3 +206,26 @@ def test_a_bf16_models_very_confident_rows_keep_fp32_numbers(temperature):
     torch.testing.assert_close(
         rows.grad.double(), exact.grad.to(torch.bfloat16).double(), atol=2e-2, rtol=2e-2
     )
+
+
+def test_a_padded_batch_scored_over_packed_rows_matches_trls_fused_head():
+    """Rows of 5 to 16 tokens (DPO's chosen and rejected answers): the head's body runs over
+    packed rows (alignflow.models.packed_rows), with TRL's numbers and gradients all the same."""
+    torch.manual_seed(2)
+    ids = torch.randint(1, 300, (4, 16))
+    mask = torch.ones(4, 16, dtype=torch.long)
+    for row, length in enumerate((16, 5, 9, 7)):
+        mask[row, length:] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :3] = -100
+    assert pack_plan(mask).packed_rows == 3  # [16], [9, 7], [5]
+    results = []
+    for model in _trl_and_ours(1.0):
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        out.log_probs.sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((out, grads))
+    (theirs, their_grads), (ours, our_grads) = results
+    scored = labels[:, 1:] != -100
+    torch.testing.assert_close(ours.log_probs[scored], theirs.log_probs[scored], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(our_grads, their_grads, atol=1e-5, rtol=1e-4)
