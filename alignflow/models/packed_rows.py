@@ -33,8 +33,6 @@ PLAIN_ARGUMENTS = frozenset({"input_ids", "attention_mask", "position_ids", "use
 class PackPlan:
     """Where each real token of a ``[rows, width]`` batch goes in ``[packed_rows, packed_width]``."""
 
-    rows: int
-    width: int
     packed_rows: int
     packed_width: int
     source: torch.Tensor  # flat index of each real token in the padded batch
@@ -83,7 +81,7 @@ def pack_plan(attention_mask: torch.Tensor) -> PackPlan | None:
             target.append(slot_row * packed_width + start + torch.arange(len(taken), device=device))
             segments[slot_row, start : start + len(taken)] = row
             start += len(taken)
-    return PackPlan(rows, width, len(bins), packed_width, torch.cat(source), torch.cat(target), segments)
+    return PackPlan(len(bins), packed_width, torch.cat(source), torch.cat(target), segments)
 
 
 def packed_attention_mask(plan: PackPlan, implementation: str, dtype: torch.dtype) -> torch.Tensor:
