@@ -35,7 +35,7 @@ parameters: 4 N per trained token for a frozen base with adapters (forward and i
 no weight gradients), and for GRPO 2 N more per token for sampling it (:data:`FLOPS_PER_TOKEN`);
 the training-only figure is reported beside it.
 
-Each case runs in its own process (its peak RSS is its own), ``REPEATS`` times (default 2),
+Each case runs in its own process (its peak RSS is its own), ``REPEATS`` times (default 3),
 the sides' order alternating per repeat (ABBA); the train-loop rates leave out step 1
 (warm-up) on both sides; ratios are alignflow/TRL of the medians.
 Run: ``python -m bench real_model_trl`` (writes bench/results/real_model_trl.{json,md}).
@@ -435,18 +435,13 @@ def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
 FLOPS_PER_TOKEN = {"dpo": {"training": 4}, "grpo": {"sampling": 2, "training": 4}}
 
 
-def model_flops_per_token(case: str, n_params: int) -> dict[str, float]:
-    """Model FLOPs per loop token of ``case`` (``stage:side``), by phase."""
-    return {phase: factor * n_params for phase, factor in FLOPS_PER_TOKEN[case.split(":")[0]].items()}
-
-
 def mfu(case: str, tokens_per_s: float, n_params: int, peak_gflops: float) -> dict[str, float]:
-    """MFU over the loop's wall time: ``all`` counts every phase's model FLOPs, ``training``
-    only the training pass's (the figure this bench reported before GRPO's sampling was counted)."""
-    flops = model_flops_per_token(case, n_params)
-    per_s = peak_gflops * 1e9
-    rate = tokens_per_s / per_s
-    return {"all": sum(flops.values()) * rate, "training": flops["training"] * rate}
+    """MFU of ``case`` (``stage:side``) over the loop's wall time: ``all`` counts every phase's
+    model FLOPs, ``training`` only the training pass's (the figure this bench reported before
+    GRPO's sampling was counted)."""
+    factors = FLOPS_PER_TOKEN[case.split(":")[0]]
+    per_factor = n_params * tokens_per_s / (peak_gflops * 1e9)
+    return {"all": sum(factors.values()) * per_factor, "training": factors["training"] * per_factor}
 
 
 def _load_note(r: dict[str, Any]) -> str:

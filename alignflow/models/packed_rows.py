@@ -10,9 +10,11 @@ padded forward would have left it. Each token keeps the position and the context
 its own row, so the result is that of the padded forward (rounding aside); padding slots
 come back as zeros, which nothing downstream reads.
 
-Only the attention implementations whose mask is a plain tensor (``sdpa``, ``eager``) take a
-packed mask; other calls (a cache, embeddings instead of ids, a batch that would not shrink)
-are left to the caller's plain forward (:func:`pack_plan` returns None).
+The mask is built here from the rows, not left to transformers' packed-sequence detection:
+that splits sequences where ``position_ids`` restart, and a left-padded row numbered by column
+continues its neighbour's count. Only the attention implementations whose mask is a plain
+tensor (``sdpa``, ``eager``) take a packed mask; other calls (a cache, embeddings instead
+of ids, a batch that would not shrink) are left to the caller's plain forward.
 """
 
 from __future__ import annotations
