@@ -1,20 +1,34 @@
-"""A decoder's forward over a padded batch without computing the padding.
+"""A decoder's forward over a padded batch without computing the padding, or a shared prefix twice.
 
 Preference rows differ wildly in length, so a batch padded to its longest row spends much of
 a training step on padding (HH-RLHF pairs in SmolLM2's bench: 55-63% of the slots were real
-tokens). transformers skips padding only with FlashAttention's variable-length kernels, which
-a CPU lacks. :func:`packed_forward` instead lays the rows' real tokens end to end into fewer
-rows no wider than the batch (first fit, longest first), runs the decoder body once over
-them with a block-diagonal causal mask, and puts every token's hidden state back where the
-padded forward would have left it. Each token keeps the position and the context it had in
-its own row, so the result is that of the padded forward (rounding aside); padding slots
-come back as zeros, which nothing downstream reads.
+tokens). And rows often begin alike: a DPO pair's chosen and rejected answers follow the same
+prompt, GRPO's generations of a group follow theirs (SmolLM2's math bench: 70 of a row's ~110
+tokens). transformers skips padding only with FlashAttention's variable-length kernels, which a
+CPU lacks, and computes every shared prefix once per row. :func:`packed_forward` instead lays
+the rows' real tokens end to end into fewer rows, a prefix that several rows share once, and
+runs the decoder body once over them with a mask under which every token sees exactly the
+tokens before it in its own rows; every token's hidden state then goes back to each place the
+padded forward would have left it (a shared one to all of its rows, so its gradient is the sum
+of theirs). Each token keeps the position and the context it had in its own row, so the
+result is that of the padded forward (rounding aside); padding slots come back as zeros, which
+nothing downstream reads.
+
+Two rows share a token when they agree on it and on everything before it, ids and positions
+alike (the hidden state of a causal decoder depends on nothing else). Sorted by their tokens,
+rows that share a prefix sit side by side and each row shares with the row before it the most
+it shares with any earlier one, so a row's new tokens are those after that common prefix, and
+the rows that hold a slot form a run of the sorted order: a token sees a slot when the slot
+comes before it and the slot's run covers the token's own run (an ancestor in the tree the
+prefixes form). Rows that share at least half of the shorter one join a group, and groups
+are packed first fit, longest first, into rows no wider than the batch or the widest group.
 
 The mask is built here from the rows, not left to transformers' packed-sequence detection:
 that splits sequences where ``position_ids`` restart, and a left-padded row numbered by column
 continues its neighbour's count. Only the attention implementations whose mask is a plain
-tensor (``sdpa``, ``eager``) take a packed mask; other calls (a cache, embeddings instead
-of ids, a batch that would not shrink) are left to the caller's plain forward.
+tensor (``sdpa``, ``eager``, alignflow's CPU attention) take a packed mask; other calls (a
+cache, embeddings instead of ids, a batch whose packing would cost more than it saves) are left
+to the caller's plain forward.
 """
 
 from __future__ import annotations
@@ -24,22 +38,61 @@ from typing import Any
 
 import torch
 
+from alignflow.models.cpu_attention import CPU_ATTENTION
 from alignflow.models.fixed_cache_decoding import DECODER_TYPES, attends_whole_context
 
-# a mask given to the attention as a 4D tensor: bool for SDPA, additive for eager
-PACKABLE_ATTENTION = frozenset({"sdpa", "eager"})
+# a mask given to the attention as a 4D tensor: additive for eager, bool for the others
+PACKABLE_ATTENTION = frozenset({"sdpa", "eager", CPU_ATTENTION})
 PLAIN_ARGUMENTS = frozenset({"input_ids", "attention_mask", "position_ids", "use_cache", "return_dict"})
+UNASKED_OUTPUTS = frozenset({"output_attentions", "output_hidden_states"})  # packable when false
+Token = tuple[int, int]  # (id, position)
 
 
 @dataclass(frozen=True)
 class PackPlan:
-    """Where each real token of a ``[rows, width]`` batch goes in ``[packed_rows, packed_width]``."""
+    """Where each real token of a ``[rows, width]`` batch goes in ``[packed_rows, packed_width]``.
+
+    Slots are numbered flat; a slot's rows are the run ``first ..= last`` of the batch's rows in
+    sorted order (a filler slot: ``-1 - slot`` for both, so that it sees only itself)."""
 
     packed_rows: int
     packed_width: int
     source: torch.Tensor  # flat index of each real token in the padded batch
-    target: torch.Tensor  # flat index of the same token in the packed batch
-    segments: torch.Tensor  # [packed_rows, packed_width]: the padded row of each slot, -1 - slot for filler
+    target: torch.Tensor  # the slot holding it (a shared slot holds several rows' tokens)
+    fill_source: torch.Tensor  # one real token per filled slot, to fill it from
+    fill_target: torch.Tensor  # that slot
+    first: torch.Tensor  # [packed_rows, packed_width]
+    last: torch.Tensor  # [packed_rows, packed_width]
+
+
+@dataclass
+class PackingCounts:
+    """What :func:`last_hidden_state` did for one body: forwards packed, the real tokens in
+    them, and how many of those the body computed (a shared prefix once)."""
+
+    forwards: int = 0
+    tokens: int = 0
+    computed: int = 0
+
+    def add(self, plan: PackPlan) -> None:
+        self.forwards += 1
+        self.tokens += len(plan.source)
+        self.computed += len(plan.fill_target)
+
+    def describe(self) -> str:
+        """``off``, or how many forwards were packed and what share of their tokens ran."""
+        if not self.forwards:
+            return "off"
+        return f"on ({self.forwards} forwards, {self.computed} of {self.tokens} tokens computed)"
+
+
+def packing_counts(body: Any) -> PackingCounts:
+    """The counts kept on ``body`` (new, zero, where it has none yet)."""
+    counts = getattr(body, "packing_counts", None)
+    if counts is None:
+        counts = PackingCounts()
+        body.packing_counts = counts
+    return counts
 
 
 def first_fit_bins(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -59,44 +112,109 @@ def first_fit_bins(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-def pack_plan(attention_mask: torch.Tensor) -> PackPlan | None:
+def common_prefix(a: list[Token], b: list[Token]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def prefix_groups(tokens: list[list[Token]], order: list[int]) -> tuple[list[list[int]], list[int]]:
+    """Runs of ``order`` (rows sorted by their tokens) that share a prefix worth sharing, and how
+    many leading tokens each sorted row takes from the row before it (0 where a group starts)."""
+    groups: list[list[int]] = []
+    shared: list[int] = []
+    for t, row in enumerate(order):
+        common = common_prefix(tokens[order[t - 1]], tokens[row]) if t else 0
+        if common and 2 * common >= min(len(tokens[order[t - 1]]), len(tokens[row])):
+            groups[-1].append(t)
+            shared.append(common)
+        else:
+            groups.append([t])
+            shared.append(0)
+    return groups, shared
+
+
+def padded_cost(rows: int, width: int, attention_share: float) -> float:
+    """A decoder body's work over ``[rows, width]`` slots in units of one token's linear layers:
+    each slot also attends over the row, at ``attention_share`` of that per slot it sees."""
+    return rows * width * (1.0 + attention_share * width)
+
+
+def pack_plan(
+    attention_mask: torch.Tensor,
+    input_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    attention_share: float = 0.0,
+) -> PackPlan | None:
     """The packing of a batch whose padding is marked by ``attention_mask`` (``[rows, width]``,
-    1 for real tokens), or None where packing would not save a row."""
+    1 for real tokens), prefixes shared where ``input_ids`` are given (positions: ``position_ids``,
+    else the column), or None where packing would not cost less (:func:`padded_cost`)."""
     if attention_mask.dim() != 2 or attention_mask.shape[0] < 2:
         return None
     rows, width = attention_mask.shape
     real = attention_mask.bool()
-    lengths = real.sum(-1).tolist()
-    bins = first_fit_bins(lengths, width)
-    if len(bins) >= rows:
+    columns = [torch.nonzero(real[row])[:, 0].tolist() for row in range(rows)]
+    if input_ids is None:  # no sharing: every row's tokens are its own
+        tokens = [[(row, c) for c in cols] for row, cols in enumerate(columns)]
+    else:
+        positions = torch.arange(width).expand(rows, width) if position_ids is None else position_ids
+        ids, pos = input_ids.tolist(), positions.expand(rows, width).tolist()
+        tokens = [[(ids[row][c], pos[row][c]) for c in cols] for row, cols in enumerate(columns)]
+    order = sorted(range(rows), key=lambda r: tokens[r])
+    groups, shared = prefix_groups(tokens, order)
+    sizes = [sum(len(tokens[order[t]]) - shared[t] for t in group) for group in groups]
+    bins = first_fit_bins(sizes, max(width, *sizes))
+    packed_width = max(sum(sizes[g] for g in members) for members in bins)
+    if padded_cost(len(bins), packed_width, attention_share) >= padded_cost(rows, width, attention_share):
         return None
-    packed_width = max(sum(lengths[r] for r in members) for members in bins)
-    device = attention_mask.device
-    columns = torch.arange(width, device=device)
-    source, target = [], []
-    segments = -1 - torch.arange(len(bins) * packed_width, device=device).view(len(bins), packed_width)
+    source: list[int] = []
+    target: list[int] = []
+    fill_source: list[int] = []
+    fill_target: list[int] = []
+    first = list(range(-1, -1 - len(bins) * packed_width, -1))
+    last = list(first)
     for slot_row, members in enumerate(bins):
-        start = 0
-        for row in members:
-            taken = columns[real[row]]
-            source.append(row * width + taken)
-            target.append(slot_row * packed_width + start + torch.arange(len(taken), device=device))
-            segments[slot_row, start : start + len(taken)] = row
-            start += len(taken)
-    return PackPlan(len(bins), packed_width, torch.cat(source), torch.cat(target), segments)
+        free = slot_row * packed_width
+        for group in members:
+            previous: list[int] = []
+            for t in groups[group]:
+                row, keep, cols = order[t], shared[t], columns[order[t]]
+                for slot in previous[:keep]:
+                    last[slot] = t
+                new = list(range(free, free + len(cols) - keep))
+                for slot in new:
+                    first[slot] = last[slot] = t
+                free += len(new)
+                flat = [row * width + c for c in cols]
+                previous = previous[:keep] + new
+                source += flat
+                target += previous
+                fill_source += flat[keep:]
+                fill_target += new
+    shape = (len(bins), packed_width)
+    return PackPlan(
+        len(bins),
+        packed_width,
+        torch.tensor(source, device=attention_mask.device),
+        torch.tensor(target, device=attention_mask.device),
+        torch.tensor(fill_source, device=attention_mask.device),
+        torch.tensor(fill_target, device=attention_mask.device),
+        torch.tensor(first, device=attention_mask.device).view(shape),
+        torch.tensor(last, device=attention_mask.device).view(shape),
+    )
 
 
 def packed_attention_mask(plan: PackPlan, implementation: str, dtype: torch.dtype) -> torch.Tensor:
-    """``[packed_rows, 1, w, w]``: a slot sees the earlier slots of its own row's tokens (and a
-    filler slot only itself), as a bool mask for SDPA or an additive one for eager attention."""
-    seg = plan.segments
-    same = seg[:, :, None] == seg[:, None, :]
+    """``[packed_rows, 1, w, w]``: a slot sees the earlier slots that every one of its rows holds
+    (a filler slot only itself), as an additive mask for eager attention, else a bool one."""
+    first, last = plan.first, plan.last
+    covers = (first[:, None, :] <= first[:, :, None]) & (last[:, :, None] <= last[:, None, :])
     width = plan.packed_width
-    causal = torch.ones(width, width, dtype=torch.bool, device=seg.device).tril()
-    allowed = (same & causal)[:, None]
-    if implementation == "sdpa":
+    causal = torch.ones(width, width, dtype=torch.bool, device=first.device).tril()
+    allowed = (covers & causal)[:, None]
+    if implementation != "eager":
         return allowed
-    additive = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
+    additive = torch.zeros(allowed.shape, dtype=dtype, device=first.device)
     return additive.masked_fill(~allowed, torch.finfo(dtype).min)
 
 
@@ -113,7 +231,8 @@ def packed_forward(
 
     def packed(values: torch.Tensor) -> torch.Tensor:
         out = values.new_zeros(shape[0] * shape[1])
-        return out.index_copy(0, plan.target, values.reshape(-1).index_select(0, plan.source)).view(shape)
+        taken = values.reshape(-1).index_select(0, plan.fill_source)
+        return out.index_copy(0, plan.fill_target, taken).view(shape)
 
     mask = packed_attention_mask(plan, body.config._attn_implementation, body.dtype)
     ids, positions = packed(input_ids), packed(position_ids.expand(rows, width))
@@ -121,6 +240,17 @@ def packed_forward(
     flat = hidden.reshape(-1, hidden.shape[-1])
     out = flat.new_zeros(rows * width, flat.shape[-1])
     return out.index_copy(0, plan.source, flat.index_select(0, plan.target)).view(rows, width, -1)
+
+
+def attention_share(config: Any) -> float:
+    """A decoder layer's attention FLOPs per token per token it sees, over its weights' FLOPs
+    per token (queries times keys and weights times values, against every projection)."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    projections = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads)
+    weights = projections + 3 * config.hidden_size * config.intermediate_size
+    return 2 * heads * head_dim / weights
 
 
 def can_pack(body: Any, kwargs: dict[str, Any]) -> bool:
@@ -139,11 +269,22 @@ def can_pack(body: Any, kwargs: dict[str, Any]) -> bool:
     return set(kwargs) <= PLAIN_ARGUMENTS and not kwargs.get("use_cache")
 
 
+def given_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments that ask for something: a wrapper (PEFT's) passes every one it knows,
+    ``None`` or false where its caller gave nothing."""
+    return {k: v for k, v in kwargs.items() if v is not None and not (k in UNASKED_OUTPUTS and v is False)}
+
+
 def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
-    """``body(**kwargs).last_hidden_state``, over packed rows where that is exact and saves
-    rows (padding slots then hold zeros)."""
-    plan = pack_plan(kwargs["attention_mask"]) if can_pack(body, kwargs) else None
+    """``body(**kwargs).last_hidden_state``, over packed rows where that is exact and costs less
+    (padding slots then hold zeros)."""
+    given = given_arguments(kwargs)
+    if not can_pack(body, given):
+        return body(**kwargs).last_hidden_state
+    ids, positions = given["input_ids"], given.get("position_ids")
+    plan = pack_plan(given["attention_mask"], ids, positions, attention_share(body.config))
     if plan is None:
         return body(**kwargs).last_hidden_state
-    rest = {k: v for k, v in kwargs.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
-    return packed_forward(body, plan, kwargs["input_ids"], kwargs.get("position_ids"), **rest)
+    rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
+    packing_counts(body).add(plan)
+    return packed_forward(body, plan, ids, positions, **rest)

@@ -91,8 +91,10 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
         """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs
         that differ in speed can be told apart in the MLflow UI."""
         calls = int(getattr(self, "label_head_calls", 0))
+        packing = getattr(self, "packing", None)
         return {
             "compute.label_head": f"on ({calls} forwards)" if calls else "off",
+            "compute.packed_rows": packing.describe() if packing is not None else "off",
             "compute.half_precision_adapters": str(self.half_precision_adapters),
             "compute.attention": "cpu matmuls" if self.cpu_attention else "as loaded",
             "compute.fp32_products": (

@@ -21,7 +21,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from alignflow.models.fp32_gemm import bf16_valued_linear, fp32_linear
-from alignflow.models.packed_rows import last_hidden_state
+from alignflow.models.packed_rows import PackingCounts, last_hidden_state, packing_counts
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 # the head is read in blocks of VOCAB_BLOCK tokens for up to ROWS_PER_PASS rows at once: a
@@ -308,6 +308,13 @@ class LabelHeadMixin(PreparedModelsMixin):
         reference = getattr(self, "ref_model", None)
         if reference is not None:
             install_label_head(reference, temperature, outputs=("log_probs", *EXTRAS))
+
+    @property
+    def packing(self) -> PackingCounts:
+        """What the policy's packed forwards saved (nothing where the head is TRL's)."""
+        if self._label_head_model is None:
+            return PackingCounts()
+        return packing_counts(self._label_head_model.base_model)
 
     @property
     def label_head_calls(self) -> int:

@@ -1,5 +1,6 @@
-"""A padded batch's forward over packed rows gives the padded forward's hidden states and
-gradients at every real token, and packs only what it can pack exactly."""
+"""A padded batch's forward over packed rows, shared prefixes computed once, gives the padded
+forward's hidden states and gradients at every real token, and packs only what it can pack
+exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2Model, MistralConfig, MistralModel
 
-from alignflow.models.packed_rows import can_pack, first_fit_bins, last_hidden_state, pack_plan
+from alignflow.models.cpu_attention import CPU_ATTENTION
+from alignflow.models.packed_rows import (
+    attention_share,
+    can_pack,
+    first_fit_bins,
+    given_arguments,
+    last_hidden_state,
+    pack_plan,
+    prefix_groups,
+)
 from tests.models.tiny_llama import tiny_lm
 
 
@@ -25,11 +35,50 @@ def _ragged() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_packed_hidden_states_are_the_padded_ones(attention):
-    body, batch = tiny_lm(attention).model.float(), _ragged()
-    plan = pack_plan(batch["attention_mask"])
-    assert plan is not None and plan.packed_rows < 6  # the batch really is packed
+def _grouped() -> dict[str, torch.Tensor]:
+    """GRPO's layout: two prompts left-padded to one width, each followed by several
+    completions right-padded to another (three and two of them), and a row of its own."""
+    a, b = [3, 4, 5, 6, 7], [8, 9, 10]
+    completions = [[11, 12, 13], [11, 14], [15, 16, 17, 18], [19, 20, 21], [22]]
+    rows = [[0, 0, 27, 28, 29, 23, 24, 25, 26]] + [
+        [0] * (5 - len(prompt)) + prompt + done + [0] * (4 - len(done))
+        for prompt, done in zip([a, a, a, b, b], completions, strict=True)
+    ]
+    ids = torch.tensor(rows)
+    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+
+def _nested() -> dict[str, torch.Tensor]:
+    """DPO's layout (flush left): every row opens with the same two tokens (a chat template's
+    system turn), pairs share a prompt after them, and each pair's answers share a first word."""
+    rows = [
+        [1, 2, 3, 4, 5, 6, 7, 8, 0],
+        [1, 2, 3, 4, 5, 6, 9, 10, 11],
+        [1, 2, 12, 13, 14, 15, 16, 0, 0],
+        [1, 2, 12, 13, 14, 17, 0, 0, 0],
+        [1, 2, 18, 19, 20, 21, 0, 0, 0],
+    ]
+    ids = torch.tensor(rows)
+    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+
+BATCHES = {"ragged": _ragged, "grouped": _grouped, "nested": _nested}
+
+
+def _shared_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """How many of the batch's real tokens the packing computes once for several rows."""
+    plan = pack_plan(batch["attention_mask"], batch["input_ids"])
+    assert plan is not None
+    return int(batch["attention_mask"].sum()) - len(plan.fill_target)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager", CPU_ATTENTION])
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_packed_hidden_states_are_the_padded_ones(attention, name):
+    body, batch = tiny_lm(attention).model.float(), BATCHES[name]()
+    rows, width = batch["input_ids"].shape
+    plan = pack_plan(batch["attention_mask"], batch["input_ids"])
+    assert plan is not None and plan.packed_rows * plan.packed_width < rows * width  # really packed
     with torch.no_grad():
         padded = body(**batch).last_hidden_state
         packed = last_hidden_state(body, **batch)
@@ -50,13 +99,54 @@ def test_given_positions_are_kept():
     assert not torch.allclose(column_numbered[real], padded[real], atol=1e-3)  # positions matter here
 
 
-def test_gradients_through_packed_rows_are_the_padded_ones():
-    batch = _ragged()
+def test_rows_that_open_alike_are_computed_once():
+    assert _shared_tokens(_ragged()) == 0
+    # the second and third of prompt a take its 5 tokens and one more (11), the second of b 3
+    assert _shared_tokens(_grouped()) == 5 + 6 + 3
+    # a pair's prompt and answers' first word, and nothing across pairs (2 of 6 or 9 tokens)
+    assert _shared_tokens(_nested()) == 6 + 5
+
+
+def test_equal_ids_at_other_positions_are_not_shared():
+    batch = _grouped()
+    positions = torch.arange(9).expand(6, 9).clone()
+    positions[2] += 1  # a row numbered from 1: its tokens sit elsewhere for the rotary embedding
+    plan = pack_plan(batch["attention_mask"], batch["input_ids"], positions)
+    assert plan is not None
+    assert int(batch["attention_mask"].sum()) - len(plan.fill_target) == 5 + 3  # row 2 shares nothing
+    body = tiny_lm("sdpa").model.float()
+    with torch.no_grad():
+        padded = body(**batch, position_ids=positions).last_hidden_state
+        packed = last_hidden_state(body, **batch, position_ids=positions)
     real = batch["attention_mask"].bool()
-    weights = torch.randn(6, 10, 24)
+    torch.testing.assert_close(packed[real], padded[real], rtol=1e-5, atol=1e-5)
+
+
+def test_rows_join_a_group_when_they_share_half_of_the_shorter():
+    tokens = [[(1, 0), (2, 1), (3, 2), (4, 3)], [(1, 0), (2, 1), (3, 2), (5, 3)], [(1, 0), (6, 1), (7, 2)]]
+    groups, shared = prefix_groups(tokens, [0, 1, 2])
+    assert groups == [[0, 1], [2]] and shared == [0, 3, 0]  # one token of three is not worth a group
+
+
+def test_a_wide_attention_window_is_weighed_against_the_rows_it_saves():
+    batch = _grouped()
+    assert pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0) is not None
+    # where attending cost as much as a hundred tokens' weights, a wider packed row would not pay
+    assert pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=100.0) is None
+    body = tiny_lm("sdpa").model
+    config = body.config  # 6 heads of 4 over 24, two key/value heads, a 32-wide MLP
+    assert attention_share(config) == pytest.approx(2 * 24 / (24 * 4 * (12 + 4) + 3 * 24 * 32))
+
+
+@pytest.mark.parametrize("attention", ["sdpa", CPU_ATTENTION])
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_gradients_through_packed_rows_are_the_padded_ones(attention, name):
+    batch = BATCHES[name]()
+    real = batch["attention_mask"].bool()
+    weights = torch.randn(*batch["input_ids"].shape, 24)
 
     def grads(forward) -> list[torch.Tensor]:
-        body = tiny_lm("sdpa").model.float()
+        body = tiny_lm(attention).model.float()
         (forward(body)[real] * weights[real]).sum().backward()
         return [p.grad.clone() for p in body.parameters()]
 
@@ -93,3 +183,16 @@ def test_calls_it_cannot_pack_exactly_are_refused():
         num_attention_heads=2, num_key_value_heads=1, sliding_window=4,
     )  # fmt: skip
     assert not can_pack(MistralModel(config), batch)  # a window shorter than the rows
+
+
+def test_a_wrappers_unset_arguments_still_pack():
+    """PEFT calls the body with every argument it knows, None or false where nobody set it."""
+    body, batch = tiny_lm("sdpa").model, _grouped()
+    unset = {
+        "inputs_embeds": None,
+        "output_attentions": None,
+        "output_hidden_states": False,
+        "return_dict": None,
+    }
+    assert can_pack(body, given_arguments({**batch, **unset, "use_cache": False}))
+    assert not can_pack(body, given_arguments({**batch, **unset, "output_attentions": True}))

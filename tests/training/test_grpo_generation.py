@@ -3,6 +3,8 @@ use, prefills each prompt of a generation group once, and tags the faster paths 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from alignflow.models import fixed_cache_decoding, shared_prefill
@@ -58,5 +60,10 @@ def test_a_lora_policy_samples_from_its_merged_copy_when_asked(
     assert "eval/reward" in result.metrics and "eval/before_reward" in result.metrics
     # the run says which faster paths it took: the frozen head of a LoRA policy scored the labels
     assert stage_tags["compute.label_head"].startswith("on (")
+    # and computed each group's prompt once for its four completions (tags: forwards, tokens)
+    computed, tokens = map(
+        int, re.search(r"(\d+) of (\d+) tokens computed", stage_tags["compute.packed_rows"]).groups()
+    )
+    assert computed < tokens
     assert stage_tags["compute.half_precision_adapters"] == "0"
     assert stage_tags["compute.attention"] == "cpu matmuls"
