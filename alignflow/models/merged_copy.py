@@ -11,6 +11,12 @@ PEFT's own ``merge_adapter`` / ``unmerge_adapter`` would do it in place, but in 
 round trip leaves rounding error in the frozen base weights that accumulates step by step.
 A bf16 copy on a CPU keeps its linear layers' weights in oneDNN's layout
 (:mod:`alignflow.models.packed_linear`), laid out again at each refresh.
+
+A bf16 layer's fold is one ``addmm`` in bf16 (the adapters rounded to bf16, the product
+summed in fp32 and rounded once): PEFT's delta in fp32, widened, added and narrowed again
+took ~0.12 s of the 0.19 s refresh in SmolLM2's GRPO bench (210 layers, an AMX Xeon, 2 cores),
+the addmm 0.04. Its weights differ from the fp32 fold by one bf16 step in ~1% of entries,
+far below what rounding the policy to bf16 for sampling moves already.
 """
 
 from __future__ import annotations
@@ -78,6 +84,18 @@ def drop_patched_forwards(model: Any) -> int:
     return len(patched)
 
 
+def folded_weight(layer: Any, adapter: str) -> torch.Tensor:
+    """``W + scale * B @ A`` of a LoRA layer, in ``W``'s dtype: one bf16 ``addmm`` for a plain
+    bf16 linear layer, else PEFT's delta added in fp32."""
+    base = layer.get_base_layer().weight
+    a, b = layer.lora_A[adapter], layer.lora_B[adapter]
+    plain = isinstance(a, torch.nn.Linear) and isinstance(b, torch.nn.Linear) and not layer.fan_in_fan_out
+    if base.dtype == torch.bfloat16 and plain and base.dim() == 2:
+        factors = b.weight.to(base.dtype), a.weight.to(base.dtype)
+        return torch.addmm(base, *factors, alpha=layer.scaling[adapter])
+    return (base.float() + layer.get_delta_weight(adapter).float()).to(base.dtype)
+
+
 class MergedCopy:
     """``W + delta`` of a LoRA model in a separate plain model; :meth:`refresh` re-folds the
     adapters' current values in, leaving the LoRA model untouched."""
@@ -97,8 +115,7 @@ class MergedCopy:
             adapter = layer.active_adapters[0]
             if adapter not in layer.lora_A:
                 continue
-            base = layer.get_base_layer().weight
-            merged = (base.float() + layer.get_delta_weight(adapter).float()).to(base.dtype)
+            merged = folded_weight(layer, adapter)
             target = self.model.get_submodule(name)
             if isinstance(target, PackedLinear):
                 target.load_weight(merged)

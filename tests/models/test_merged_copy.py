@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
 from alignflow.models import load_causal_lm
-from alignflow.models.merged_copy import MergedCopy, can_merge
+from alignflow.models.merged_copy import MergedCopy, can_merge, folded_weight, lora_layers
 
 
 def lora_policy(model_dir, fused_head: bool = False, **lora):
@@ -90,3 +90,24 @@ def test_a_saved_adapter_loads_folded_into_a_plain_model_alike(tiny_model_dir, t
     assert not any("lora_" in name for name, _ in folded.named_parameters())
     assert torch.allclose(logits(folded, ids), logits(as_adapter, ids), atol=1e-4)
     assert not torch.allclose(logits(folded, ids), logits(load_causal_lm(tiny_model_dir)[0], ids), atol=1e-2)
+
+
+def test_a_bf16_layer_folds_within_rounding_of_the_fp32_fold(tiny_model_dir):
+    """A bf16 base with fp32 adapters (as the stages train them): the fold rounds the adapters
+    to bf16 before its product, so each weight lies within one bf16 step of the fp32 fold plus
+    the adapters' own rounding (half a step of each factor), and an update still shows."""
+    policy, _ = lora_policy(tiny_model_dir)
+    for name, p in policy.named_parameters():
+        p.data = p.data.float() if "lora_" in name else p.data.to(torch.bfloat16)
+    layer = next(iter(lora_layers(policy).values()))
+    base = layer.get_base_layer().weight
+    delta = layer.scaling["default"] * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    exact = base.float() + delta
+    folded = folded_weight(layer, "default")
+    assert folded.dtype == torch.bfloat16 and not torch.equal(folded, base)
+    eps = torch.finfo(torch.bfloat16).eps
+    factors = layer.lora_B["default"].weight.abs() @ layer.lora_A["default"].weight.abs()
+    bound = eps * exact.abs() + eps * layer.scaling["default"] * factors
+    assert ((folded.float() - exact).abs() <= bound).all()
+    move_adapters(policy, seed=3)
+    assert not torch.equal(folded_weight(layer, "default"), folded)
