@@ -53,19 +53,30 @@ def _mask_of(module: Any, attention_mask: torch.Tensor | None, query: torch.Tens
 
 
 def matmuls_win(module: Any, query: torch.Tensor, key: torch.Tensor, dropout: float) -> bool:
-    """Whether :func:`grouped_attention` computes this call with plain matmuls: every decoding
-    step; a prefill or training forward over at most :data:`MATMUL_ATTENTION_TOKENS` keys,
-    and for one that keeps its weights for a backward, at most :data:`MATMUL_TRAINING_SCORES`
-    of them a layer. Never with dropout (SDPA applies it)."""
+    """Whether :func:`grouped_attention` computes this call with plain matmuls
+    (:func:`kernel_choice`); never with dropout (SDPA applies it)."""
     if module.training and dropout:
         return False
-    q_len, kv_len = query.shape[2], key.shape[2]
-    if q_len == 1:
-        return True
-    if kv_len > MATMUL_ATTENTION_TOKENS:
-        return False
     keeps_weights = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
-    return not keeps_weights or query.shape[0] * query.shape[1] * q_len * kv_len <= MATMUL_TRAINING_SCORES
+    choice = kernel_choice(query.shape[0], query.shape[1], query.shape[2], key.shape[2], keeps_weights)
+    return choice in MATMUL_CHOICES
+
+
+MATMUL_CHOICES = frozenset({"decoding step", "matmuls"})
+
+
+def kernel_choice(batch: int, heads: int, queries: int, keys: int, keeps_weights: bool) -> str:
+    """How attention of these sizes runs, and why: plain matmuls for every decoding step and for
+    a prefill or training forward over at most :data:`MATMUL_ATTENTION_TOKENS` keys that, where
+    it keeps its weights for a backward, keeps at most :data:`MATMUL_TRAINING_SCORES` of them a
+    layer; else SDPA ("long keys" or "many scores", each a branch a compiled layer guards on)."""
+    if queries == 1:
+        return "decoding step"
+    if keys > MATMUL_ATTENTION_TOKENS:
+        return "long keys"
+    if keeps_weights and batch * heads * queries * keys > MATMUL_TRAINING_SCORES:
+        return "many scores"
+    return "matmuls"
 
 
 def backward_by_matmuls(query: torch.Tensor, key: torch.Tensor, dropout: float) -> bool:

@@ -21,7 +21,10 @@ it shares with any earlier one, so a row's new tokens are those after that commo
 the rows that hold a slot form a run of the sorted order: a token sees a slot when the slot
 comes before it and the slot's run covers the token's own run (an ancestor in the tree the
 prefixes form). Rows that share at least half of the shorter one join a group, and groups
-are packed first fit, longest first, into rows no wider than the batch or the widest group.
+are packed first fit, longest first, into rows of a width chosen by a cost model of the layer
+(its weights' products per slot, attention per slot and key it sees, :func:`padded_cost`):
+the batch's width or a few times it, never to sizes where the attention takes another kernel
+than the batch's (:func:`attention_kernel`). A group wider than the rows is split.
 
 The mask is built here from the rows, not left to transformers' packed-sequence detection:
 that splits sequences where ``position_ids`` restart, and a left-padded row numbered by column
@@ -33,12 +36,13 @@ to the caller's plain forward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from alignflow.models.cpu_attention import CPU_ATTENTION
+from alignflow.models.cpu_attention import CPU_ATTENTION, kernel_choice
 from alignflow.models.fixed_cache_decoding import DECODER_TYPES, attends_whole_context
 
 # a mask given to the attention as a 4D tensor: additive for eager, bool for the others
@@ -46,6 +50,11 @@ PACKABLE_ATTENTION = frozenset({"sdpa", "eager", CPU_ATTENTION})
 PLAIN_ARGUMENTS = frozenset({"input_ids", "attention_mask", "position_ids", "use_cache", "return_dict"})
 UNASKED_OUTPUTS = frozenset({"output_attentions", "output_hidden_states"})  # packable when false
 Token = tuple[int, int]  # (id, position)
+Kernel = Callable[[int, int], object]  # (rows, width) -> which attention kernel such a batch takes
+# what one attention score costs besides its products, in FLOPs of the layer's matrix products:
+# masking it, the fp32 softmax and its backward. Measured on SmolLM2's packed GRPO and DPO
+# batches (an AMX Xeon, 226-333 keys, compiled layers): attention took ~11x its products' FLOPs
+SCORE_OVERHEAD_FLOPS = 2600
 
 
 @dataclass(frozen=True)
@@ -118,19 +127,27 @@ def common_prefix(a: list[Token], b: list[Token]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def prefix_groups(tokens: list[list[Token]], order: list[int]) -> tuple[list[list[int]], list[int]]:
-    """Runs of ``order`` (rows sorted by their tokens) that share a prefix worth sharing, and how
-    many leading tokens each sorted row takes from the row before it (0 where a group starts)."""
+def prefix_groups(
+    tokens: list[list[Token]], order: list[int], capacity: int
+) -> tuple[list[list[int]], list[int]]:
+    """Runs of ``order`` (rows sorted by their tokens) that share a prefix worth sharing, each
+    holding at most ``capacity`` tokens, and how many leading tokens each sorted row takes from
+    the row before it (0 where a group starts)."""
     groups: list[list[int]] = []
     shared: list[int] = []
+    size = 0
     for t, row in enumerate(order):
+        length = len(tokens[row])
         common = common_prefix(tokens[order[t - 1]], tokens[row]) if t else 0
-        if common and 2 * common >= min(len(tokens[order[t - 1]]), len(tokens[row])):
+        worth = common and 2 * common >= min(len(tokens[order[t - 1]]), length)
+        if worth and size + length - common <= capacity:
             groups[-1].append(t)
             shared.append(common)
+            size += length - common
         else:
             groups.append([t])
             shared.append(0)
+            size = length
     return groups, shared
 
 
@@ -140,15 +157,43 @@ def padded_cost(rows: int, width: int, attention_share: float) -> float:
     return rows * width * (1.0 + attention_share * width)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Groups of sorted rows (with the prefix each row shares) and the bins they fill."""
+
+    groups: list[list[int]]
+    shared: list[int]
+    sizes: list[int]
+    bins: list[list[int]]
+    packed_width: int
+
+
+def layout(tokens: list[list[Token]], order: list[int], capacity: int) -> Layout:
+    """Groups of at most ``capacity`` tokens packed first fit, longest first, into bins of
+    ``capacity`` (a row alone may be wider)."""
+    groups, shared = prefix_groups(tokens, order, capacity)
+    sizes = [sum(len(tokens[order[t]]) - shared[t] for t in group) for group in groups]
+    bins = first_fit_bins(sizes, capacity)
+    return Layout(groups, shared, sizes, bins, max(sum(sizes[g] for g in members) for members in bins))
+
+
+def capacities(width: int, longest: int) -> list[int]:
+    """Packed widths worth trying: the batch's, two to eight times it, and the whole batch in
+    one row where that is narrower."""
+    return sorted(w for w in {width, *(width * k for k in (2, 4, 8)), longest} if w >= width)
+
+
 def pack_plan(
     attention_mask: torch.Tensor,
     input_ids: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
     attention_share: float = 0.0,
+    kernel: Kernel | None = None,
 ) -> PackPlan | None:
-    """The packing of a batch whose padding is marked by ``attention_mask`` (``[rows, width]``,
-    1 for real tokens), prefixes shared where ``input_ids`` are given (positions: ``position_ids``,
-    else the column), or None where packing would not cost less (:func:`padded_cost`)."""
+    """The cheapest packing (:func:`padded_cost`) of a batch whose padding is marked by
+    ``attention_mask`` (``[rows, width]``, 1 for real tokens), prefixes shared where
+    ``input_ids`` are given (positions: ``position_ids``, else the column), whose attention
+    takes the batch's own ``kernel``; None where none costs less than the padded batch."""
     if attention_mask.dim() != 2 or attention_mask.shape[0] < 2:
         return None
     rows, width = attention_mask.shape
@@ -161,12 +206,24 @@ def pack_plan(
         ids, pos = input_ids.tolist(), positions.expand(rows, width).tolist()
         tokens = [[(ids[row][c], pos[row][c]) for c in cols] for row, cols in enumerate(columns)]
     order = sorted(range(rows), key=lambda r: tokens[r])
-    groups, shared = prefix_groups(tokens, order)
-    sizes = [sum(len(tokens[order[t]]) - shared[t] for t in group) for group in groups]
-    bins = first_fit_bins(sizes, max(width, *sizes))
-    packed_width = max(sum(sizes[g] for g in members) for members in bins)
-    if padded_cost(len(bins), packed_width, attention_share) >= padded_cost(rows, width, attention_share):
+    total = sum(len(row) for row in tokens)
+    choices = [layout(tokens, order, capacity) for capacity in capacities(width, total)]
+    if kernel is not None:
+        choices = [c for c in choices if kernel(len(c.bins), c.packed_width) == kernel(rows, width)]
+    if not choices:
         return None
+    best = min(choices, key=lambda c: padded_cost(len(c.bins), c.packed_width, attention_share))
+    if padded_cost(len(best.bins), best.packed_width, attention_share) >= padded_cost(
+        rows, width, attention_share
+    ):
+        return None
+    return plan_of(best, order, columns, width, attention_mask.device)
+
+
+def plan_of(chosen: Layout, order: list[int], columns: list[list[int]], width: int, device: Any) -> PackPlan:
+    """The index tensors that carry out ``chosen``: each bin's groups one after another, each
+    group as its first row's tokens and then every later row's tokens after its shared prefix."""
+    bins, packed_width = chosen.bins, chosen.packed_width
     source: list[int] = []
     target: list[int] = []
     fill_source: list[int] = []
@@ -177,8 +234,8 @@ def pack_plan(
         free = slot_row * packed_width
         for group in members:
             previous: list[int] = []
-            for t in groups[group]:
-                row, keep, cols = order[t], shared[t], columns[order[t]]
+            for t in chosen.groups[group]:
+                row, keep, cols = order[t], chosen.shared[t], columns[order[t]]
                 for slot in previous[:keep]:
                     last[slot] = t
                 new = list(range(free, free + len(cols) - keep))
@@ -195,12 +252,12 @@ def pack_plan(
     return PackPlan(
         len(bins),
         packed_width,
-        torch.tensor(source, device=attention_mask.device),
-        torch.tensor(target, device=attention_mask.device),
-        torch.tensor(fill_source, device=attention_mask.device),
-        torch.tensor(fill_target, device=attention_mask.device),
-        torch.tensor(first, device=attention_mask.device).view(shape),
-        torch.tensor(last, device=attention_mask.device).view(shape),
+        torch.tensor(source, device=device),
+        torch.tensor(target, device=device),
+        torch.tensor(fill_source, device=device),
+        torch.tensor(fill_target, device=device),
+        torch.tensor(first, device=device).view(shape),
+        torch.tensor(last, device=device).view(shape),
     )
 
 
@@ -243,14 +300,27 @@ def packed_forward(
 
 
 def attention_share(config: Any) -> float:
-    """A decoder layer's attention FLOPs per token per token it sees, over its weights' FLOPs
-    per token (queries times keys and weights times values, against every projection)."""
+    """A decoder layer's attention work per token per token it sees, over its weights' FLOPs per
+    token: each score's products (queries times keys, weights times values) and
+    :data:`SCORE_OVERHEAD_FLOPS` for the rest of it."""
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     projections = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads)
     weights = projections + 3 * config.hidden_size * config.intermediate_size
-    return 2 * heads * head_dim / weights
+    return heads * (4 * head_dim + SCORE_OVERHEAD_FLOPS) / (2 * weights)
+
+
+def attention_kernel(config: Any) -> Kernel | None:
+    """Which kernel a ``[rows, width]`` batch's attention takes and why, where the model's
+    attention chooses by size: alignflow's CPU attention branches on the keys and on the scores
+    a training forward keeps (:func:`~alignflow.models.cpu_attention.kernel_choice`). A packing
+    down another branch would run at another cost than the one modelled and have a compiled
+    layer compile again (~20-25 s on SmolLM2, in the middle of a run)."""
+    if config._attn_implementation != CPU_ATTENTION:
+        return None
+    heads, keeps_weights = config.num_attention_heads, torch.is_grad_enabled()
+    return lambda rows, width: kernel_choice(rows, heads, width, width, keeps_weights)
 
 
 def can_pack(body: Any, kwargs: dict[str, Any]) -> bool:
@@ -281,8 +351,10 @@ def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     given = given_arguments(kwargs)
     if not can_pack(body, given):
         return body(**kwargs).last_hidden_state
-    ids, positions = given["input_ids"], given.get("position_ids")
-    plan = pack_plan(given["attention_mask"], ids, positions, attention_share(body.config))
+    ids, positions, config = given["input_ids"], given.get("position_ids"), body.config
+    plan = pack_plan(
+        given["attention_mask"], ids, positions, attention_share(config), attention_kernel(config)
+    )
     if plan is None:
         return body(**kwargs).last_hidden_state
     rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}

@@ -8,8 +8,10 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2Model, MistralConfig, MistralModel
 
-from alignflow.models.cpu_attention import CPU_ATTENTION
+from alignflow.models.cpu_attention import CPU_ATTENTION, MATMUL_ATTENTION_TOKENS, MATMUL_TRAINING_SCORES
 from alignflow.models.packed_rows import (
+    SCORE_OVERHEAD_FLOPS,
+    attention_kernel,
     attention_share,
     can_pack,
     first_fit_bins,
@@ -124,18 +126,24 @@ def test_equal_ids_at_other_positions_are_not_shared():
 
 def test_rows_join_a_group_when_they_share_half_of_the_shorter():
     tokens = [[(1, 0), (2, 1), (3, 2), (4, 3)], [(1, 0), (2, 1), (3, 2), (5, 3)], [(1, 0), (6, 1), (7, 2)]]
-    groups, shared = prefix_groups(tokens, [0, 1, 2])
+    groups, shared = prefix_groups(tokens, [0, 1, 2], capacity=8)
     assert groups == [[0, 1], [2]] and shared == [0, 3, 0]  # one token of three is not worth a group
+    groups, shared = prefix_groups(tokens, [0, 1, 2], capacity=4)
+    assert groups == [[0], [1], [2]] and shared == [0, 0, 0]  # 4 + 1 tokens would overflow a row of 4
 
 
 def test_a_wide_attention_window_is_weighed_against_the_rows_it_saves():
-    batch = _grouped()
-    assert pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0) is not None
-    # where attending cost as much as a hundred tokens' weights, a wider packed row would not pay
-    assert pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=100.0) is None
+    batch = _grouped()  # rows of 9
+    free = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0)
+    assert free is not None and free.packed_width > 9  # whole groups, prompts shared once
+    # where attending cost as much as a hundred tokens' weights, rows wider than the batch's do
+    # not pay: its groups are split to fit rows of 9 (a prompt and a completion and a half)
+    costly = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=100.0)
+    assert costly is not None and costly.packed_width == 9 and costly.packed_rows < 6
     body = tiny_lm("sdpa").model
     config = body.config  # 6 heads of 4 over 24, two key/value heads, a 32-wide MLP
-    assert attention_share(config) == pytest.approx(2 * 24 / (24 * 4 * (12 + 4) + 3 * 24 * 32))
+    weights = 24 * 4 * (12 + 4) + 3 * 24 * 32
+    assert attention_share(config) == pytest.approx(6 * (4 * 4 + SCORE_OVERHEAD_FLOPS) / (2 * weights))
 
 
 @pytest.mark.parametrize("attention", ["sdpa", CPU_ATTENTION])
@@ -162,12 +170,46 @@ def test_first_fit_places_the_longest_rows_first():
 
 
 def test_a_batch_that_would_not_shrink_is_left_alone():
-    assert pack_plan(torch.ones(4, 8, dtype=torch.long)) is None
+    """Where attention costs as much as the weights' products at a row's width, rows twice as
+    wide cost more than they save: only rows as wide as the batch's may hold two of them."""
+    share = 1 / 8
+    assert pack_plan(torch.ones(4, 8, dtype=torch.long), attention_share=share) is None
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[0, 5:] = 0
-    assert pack_plan(mask) is None  # 5 + 8 tokens do not fit one row of 8
+    assert pack_plan(mask, attention_share=share) is None  # 5 + 8 tokens do not fit one row of 8
+    assert pack_plan(mask, attention_share=0.0).packed_width == 13  # where attention were free
     mask[1, 3:] = 0
-    assert pack_plan(mask) is not None
+    assert pack_plan(mask, attention_share=share).packed_width == 8
+
+
+def test_packed_rows_keep_the_attention_kernel_of_the_batch():
+    batch = _grouped()  # rows of 9; the prompts' groups hold 14 and 10 tokens
+    free = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0)
+    assert free is not None and free.packed_width > 9
+
+    def narrow(rows: int, width: int) -> bool:  # a kernel for rows up to 12 wide, another past
+        return width <= 12
+
+    capped = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0, kernel=narrow)
+    assert capped is not None and capped.packed_width <= 12
+    wide = torch.ones(3, 20, dtype=torch.long)
+    wide[1:, 6:] = 0  # 20, 6 and 6 tokens: the batch itself is past 12, so may its packed rows be
+    assert pack_plan(wide, attention_share=0.0, kernel=narrow).packed_width == 32
+    scores = pack_plan(wide, attention_share=0.0, kernel=lambda rows, width: rows * width * width > 1100)
+    assert scores is None  # 3 x 20 x 20 scores, over 1100: no packing (32 x 32, 2 x 20 x 20) is
+
+
+def test_alignflows_cpu_attention_says_which_kernel_a_batch_takes():
+    kernel = attention_kernel(tiny_lm(CPU_ATTENTION).model.config)  # 6 heads
+    assert kernel(1, MATMUL_ATTENTION_TOKENS) != kernel(1, MATMUL_ATTENTION_TOKENS + 1)
+    rows = MATMUL_TRAINING_SCORES // (6 * 100 * 100)  # the most rows of 100 kept as plain matmuls
+    assert kernel(rows, 100) != kernel(rows + 1, 100)
+    # SDPA either way, but down two branches that a compiled layer guards on apart
+    assert kernel(rows + 1, 100) != kernel(1, MATMUL_ATTENTION_TOKENS + 1)
+    with torch.no_grad():  # nothing kept for a backward: only the keys count
+        kernel = attention_kernel(tiny_lm(CPU_ATTENTION).model.config)
+        assert kernel(rows, 100) == kernel(rows + 1, 100)
+    assert attention_kernel(tiny_lm("sdpa").model.config) is None
 
 
 def test_calls_it_cannot_pack_exactly_are_refused():
