@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2Model, MistralConfig, MistralModel
+from transformers import GPT2Config, GPT2Model, LlamaConfig, MistralConfig, MistralModel
 
 from alignflow.models.cpu_attention import CPU_ATTENTION, MATMUL_ATTENTION_TOKENS, MATMUL_TRAINING_SCORES
 from alignflow.models.packed_rows import (
@@ -238,3 +238,18 @@ def test_a_wrappers_unset_arguments_still_pack():
     }
     assert can_pack(body, given_arguments({**batch, **unset, "use_cache": False}))
     assert not can_pack(body, given_arguments({**batch, **unset, "output_attentions": True}))
+
+
+def test_long_rows_sharing_half_stay_apart_at_smollm2s_attention_cost():
+    """Two rows of 1,000 tokens sharing 500: one packed row of 1,500 saves a quarter of the
+    weights' products but sees 1.5x the keys. Counting a score's softmax (SmolLM2's shapes) that
+    does not pay; counting its products alone, it would."""
+    config = LlamaConfig(
+        hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3
+    )
+    ids = torch.randint(1, 100, (2, 1000), generator=torch.Generator().manual_seed(0))
+    ids[1, :500] = ids[0, :500]
+    mask = torch.ones_like(ids)
+    assert pack_plan(mask, ids, attention_share=attention_share(config)) is None
+    products_only = 9 * 4 * 64 / (2 * (576 * 64 * (18 + 6) + 3 * 576 * 1536))
+    assert pack_plan(mask, ids, attention_share=products_only).packed_width == 1500
