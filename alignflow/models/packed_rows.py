@@ -23,8 +23,8 @@ comes before it and the slot's run covers the token's own run (an ancestor in th
 prefixes form). Rows that share at least half of the shorter one join a group, and groups
 are packed first fit, longest first, into rows of a width chosen by a cost model of the layer
 (its weights' products per slot, attention per slot and key it sees, :func:`padded_cost`):
-the batch's width or a few times it, never to sizes where the attention takes another kernel
-than the batch's (:func:`attention_kernel`). A group wider than the rows is split.
+the batch's width or a few times it, never to sizes a compiled layer would take as another
+variant than the batch's (:func:`layer_variant`). A group wider than the rows is split.
 
 The mask is built here from the rows, not left to transformers' packed-sequence detection:
 that splits sequences where ``position_ids`` restart, and a left-padded row numbered by column
@@ -50,7 +50,7 @@ PACKABLE_ATTENTION = frozenset({"sdpa", "eager", CPU_ATTENTION})
 PLAIN_ARGUMENTS = frozenset({"input_ids", "attention_mask", "position_ids", "use_cache", "return_dict"})
 UNASKED_OUTPUTS = frozenset({"output_attentions", "output_hidden_states"})  # packable when false
 Token = tuple[int, int]  # (id, position)
-Kernel = Callable[[int, int], object]  # (rows, width) -> which attention kernel such a batch takes
+Kernel = Callable[[int, int], object]  # (rows, width) -> what a compiled layer specialises on
 # what one attention score costs besides its products, in FLOPs of the layer's matrix products:
 # masking it, the fp32 softmax and its backward. Measured on SmolLM2's packed GRPO and DPO
 # batches (an AMX Xeon, 226-333 keys, compiled layers): attention took ~11x its products' FLOPs
@@ -188,12 +188,12 @@ def pack_plan(
     input_ids: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
     attention_share: float = 0.0,
-    kernel: Kernel | None = None,
+    variant: Kernel | None = None,
 ) -> PackPlan | None:
     """The cheapest packing (:func:`padded_cost`) of a batch whose padding is marked by
     ``attention_mask`` (``[rows, width]``, 1 for real tokens), prefixes shared where
-    ``input_ids`` are given (positions: ``position_ids``, else the column), whose attention
-    takes the batch's own ``kernel``; None where none costs less than the padded batch."""
+    ``input_ids`` are given (positions: ``position_ids``, else the column), that a compiled
+    layer takes as the batch's own ``variant``; None where none costs less than the padded batch."""
     if attention_mask.dim() != 2 or attention_mask.shape[0] < 2:
         return None
     rows, width = attention_mask.shape
@@ -208,8 +208,8 @@ def pack_plan(
     order = sorted(range(rows), key=lambda r: tokens[r])
     total = sum(len(row) for row in tokens)
     choices = [layout(tokens, order, capacity) for capacity in capacities(width, total)]
-    if kernel is not None:
-        choices = [c for c in choices if kernel(len(c.bins), c.packed_width) == kernel(rows, width)]
+    if variant is not None:
+        choices = [c for c in choices if variant(len(c.bins), c.packed_width) == variant(rows, width)]
     if not choices:
         return None
     best = min(choices, key=lambda c: padded_cost(len(c.bins), c.packed_width, attention_share))
@@ -311,16 +311,21 @@ def attention_share(config: Any) -> float:
     return heads * (4 * head_dim + SCORE_OVERHEAD_FLOPS) / (2 * weights)
 
 
-def attention_kernel(config: Any) -> Kernel | None:
-    """Which kernel a ``[rows, width]`` batch's attention takes and why, where the model's
-    attention chooses by size: alignflow's CPU attention branches on the keys and on the scores
-    a training forward keeps (:func:`~alignflow.models.cpu_attention.kernel_choice`). A packing
-    down another branch would run at another cost than the one modelled and have a compiled
-    layer compile again (~20-25 s on SmolLM2, in the middle of a run)."""
-    if config._attn_implementation != CPU_ATTENTION:
-        return None
+def layer_variant(config: Any) -> Kernel:
+    """What a compiled decoder layer specialises on for a ``[rows, width]`` batch: a batch of one
+    row (torch.compile takes sizes 0 and 1 as constants), and the branch alignflow's CPU
+    attention takes on the keys and on the scores a training forward keeps
+    (:func:`~alignflow.models.cpu_attention.kernel_choice`). A packing that changed either would
+    have a compiled layer compile again (~20-25 s on SmolLM2, in the middle of a run) and run at
+    another cost than the one modelled."""
     heads, keeps_weights = config.num_attention_heads, torch.is_grad_enabled()
-    return lambda rows, width: kernel_choice(rows, heads, width, width, keeps_weights)
+    branches = config._attn_implementation == CPU_ATTENTION
+
+    def variant(rows: int, width: int) -> object:
+        branch = kernel_choice(rows, heads, width, width, keeps_weights) if branches else None
+        return rows == 1, branch
+
+    return variant
 
 
 def can_pack(body: Any, kwargs: dict[str, Any]) -> bool:
@@ -352,11 +357,10 @@ def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     if not can_pack(body, given):
         return body(**kwargs).last_hidden_state
     ids, positions, config = given["input_ids"], given.get("position_ids"), body.config
-    plan = pack_plan(
-        given["attention_mask"], ids, positions, attention_share(config), attention_kernel(config)
-    )
-    if plan is None:
-        return body(**kwargs).last_hidden_state
+    share, variant = attention_share(config), layer_variant(config)
+    plan = pack_plan(given["attention_mask"], ids, positions, share, variant)
+    if plan is None:  # with the arguments a packed call passes: a compiled layer sees one kind of call
+        return body(**given).last_hidden_state
     rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
     packing_counts(body).add(plan)
     return packed_forward(body, plan, ids, positions, **rest)

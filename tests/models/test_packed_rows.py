@@ -11,12 +11,12 @@ from transformers import GPT2Config, GPT2Model, LlamaConfig, MistralConfig, Mist
 from alignflow.models.cpu_attention import CPU_ATTENTION, MATMUL_ATTENTION_TOKENS, MATMUL_TRAINING_SCORES
 from alignflow.models.packed_rows import (
     SCORE_OVERHEAD_FLOPS,
-    attention_kernel,
     attention_share,
     can_pack,
     first_fit_bins,
     given_arguments,
     last_hidden_state,
+    layer_variant,
     pack_plan,
     prefix_groups,
 )
@@ -182,7 +182,7 @@ def test_a_batch_that_would_not_shrink_is_left_alone():
     assert pack_plan(mask, attention_share=share).packed_width == 8
 
 
-def test_packed_rows_keep_the_attention_kernel_of_the_batch():
+def test_packed_rows_keep_the_layer_variant_of_the_batch():
     batch = _grouped()  # rows of 9; the prompts' groups hold 14 and 10 tokens
     free = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0)
     assert free is not None and free.packed_width > 9
@@ -190,26 +190,27 @@ def test_packed_rows_keep_the_attention_kernel_of_the_batch():
     def narrow(rows: int, width: int) -> bool:  # a kernel for rows up to 12 wide, another past
         return width <= 12
 
-    capped = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0, kernel=narrow)
+    capped = pack_plan(batch["attention_mask"], batch["input_ids"], attention_share=0.0, variant=narrow)
     assert capped is not None and capped.packed_width <= 12
     wide = torch.ones(3, 20, dtype=torch.long)
     wide[1:, 6:] = 0  # 20, 6 and 6 tokens: the batch itself is past 12, so may its packed rows be
-    assert pack_plan(wide, attention_share=0.0, kernel=narrow).packed_width == 32
-    scores = pack_plan(wide, attention_share=0.0, kernel=lambda rows, width: rows * width * width > 1100)
+    assert pack_plan(wide, attention_share=0.0, variant=narrow).packed_width == 32
+    scores = pack_plan(wide, attention_share=0.0, variant=lambda rows, width: rows * width * width > 1100)
     assert scores is None  # 3 x 20 x 20 scores, over 1100: no packing (32 x 32, 2 x 20 x 20) is
 
 
 def test_alignflows_cpu_attention_says_which_kernel_a_batch_takes():
-    kernel = attention_kernel(tiny_lm(CPU_ATTENTION).model.config)  # 6 heads
+    kernel = layer_variant(tiny_lm(CPU_ATTENTION).model.config)  # 6 heads
     assert kernel(1, MATMUL_ATTENTION_TOKENS) != kernel(1, MATMUL_ATTENTION_TOKENS + 1)
     rows = MATMUL_TRAINING_SCORES // (6 * 100 * 100)  # the most rows of 100 kept as plain matmuls
     assert kernel(rows, 100) != kernel(rows + 1, 100)
     # SDPA either way, but down two branches that a compiled layer guards on apart
     assert kernel(rows + 1, 100) != kernel(1, MATMUL_ATTENTION_TOKENS + 1)
     with torch.no_grad():  # nothing kept for a backward: only the keys count
-        kernel = attention_kernel(tiny_lm(CPU_ATTENTION).model.config)
+        kernel = layer_variant(tiny_lm(CPU_ATTENTION).model.config)
         assert kernel(rows, 100) == kernel(rows + 1, 100)
-    assert attention_kernel(tiny_lm("sdpa").model.config) is None
+    sdpa = layer_variant(tiny_lm("sdpa").model.config)  # no branches; a single row is its own graph
+    assert sdpa(2, 1000) == sdpa(16, 10) != sdpa(1, 10)
 
 
 def test_calls_it_cannot_pack_exactly_are_refused():
