@@ -350,6 +350,17 @@ def given_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None and not (k in UNASKED_OUTPUTS and v is False)}
 
 
+def as_packed_call(given: dict[str, Any]) -> dict[str, Any]:
+    """A padded call's arguments shaped as a packed call's: the same names (PEFT's unset ones
+    dropped) and positions per row (each token's column, as the model would number it). A
+    compiled layer guards on both (the arguments, the positions' batch against the hidden
+    states'), and compiled again mid-run where packed and padded calls alternated."""
+    ids = given["input_ids"]
+    columns = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
+    positions = given.get("position_ids")
+    return {**given, "position_ids": columns if positions is None else positions.expand(ids.shape)}
+
+
 def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     """``body(**kwargs).last_hidden_state``, over packed rows where that is exact and costs less
     (padding slots then hold zeros)."""
@@ -359,8 +370,8 @@ def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     ids, positions, config = given["input_ids"], given.get("position_ids"), body.config
     share, variant = attention_share(config), layer_variant(config)
     plan = pack_plan(given["attention_mask"], ids, positions, share, variant)
-    if plan is None:  # with the arguments a packed call passes: a compiled layer sees one kind of call
-        return body(**given).last_hidden_state
+    if plan is None:
+        return body(**as_packed_call(given)).last_hidden_state
     rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
     packing_counts(body).add(plan)
     return packed_forward(body, plan, ids, positions, **rest)

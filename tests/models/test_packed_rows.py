@@ -228,6 +228,24 @@ def test_calls_it_cannot_pack_exactly_are_refused():
     assert not can_pack(MistralModel(config), batch)  # a window shorter than the rows
 
 
+def test_a_batch_left_padded_is_called_as_a_packed_one_would_be():
+    """Positions per row and no unset arguments, whichever way a batch goes: a compiled layer
+    guards on both. The hidden states stay the padded forward's."""
+    body, batch = tiny_lm("sdpa").model.float(), _ragged()
+    seen = []
+    body.register_forward_pre_hook(lambda _, args, kwargs: seen.append(kwargs), with_kwargs=True)
+    with torch.no_grad():
+        plain = body(**batch).last_hidden_state
+        full = torch.ones_like(batch["attention_mask"])  # nothing to pack: the padded call
+        last_hidden_state(body, input_ids=batch["input_ids"], attention_mask=full, inputs_embeds=None)
+        ours = last_hidden_state(body, **batch)
+    padded_call, packed_call = seen[1], seen[2]
+    assert set(padded_call) == set(packed_call) and "inputs_embeds" not in padded_call
+    assert padded_call["position_ids"].shape == batch["input_ids"].shape
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours[real], plain[real], rtol=1e-5, atol=1e-5)
+
+
 def test_a_wrappers_unset_arguments_still_pack():
     """PEFT calls the body with every argument it knows, None or false where nobody set it."""
     body, batch = tiny_lm("sdpa").model, _grouped()
