@@ -127,19 +127,16 @@ def common_prefix(a: list[Token], b: list[Token]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def prefix_groups(
-    tokens: list[list[Token]], order: list[int], capacity: int
-) -> tuple[list[list[int]], list[int]]:
-    """Runs of ``order`` (rows sorted by their tokens) that share a prefix worth sharing, each
-    holding at most ``capacity`` tokens, and how many leading tokens each sorted row takes from
-    the row before it (0 where a group starts)."""
+def prefix_groups(lengths: list[int], commons: list[int], capacity: int) -> tuple[list[list[int]], list[int]]:
+    """Runs of the sorted rows (their ``lengths``, and ``commons``: the leading tokens each shares
+    with the row before it) that share a prefix worth sharing, each holding at most ``capacity``
+    tokens, and how many leading tokens each row takes from the row before it (0 where a group
+    starts)."""
     groups: list[list[int]] = []
     shared: list[int] = []
     size = 0
-    for t, row in enumerate(order):
-        length = len(tokens[row])
-        common = common_prefix(tokens[order[t - 1]], tokens[row]) if t else 0
-        worth = common and 2 * common >= min(len(tokens[order[t - 1]]), length)
+    for t, (length, common) in enumerate(zip(lengths, commons, strict=True)):
+        worth = common and 2 * common >= min(lengths[t - 1], length)
         if worth and size + length - common <= capacity:
             groups[-1].append(t)
             shared.append(common)
@@ -163,24 +160,23 @@ class Layout:
 
     groups: list[list[int]]
     shared: list[int]
-    sizes: list[int]
     bins: list[list[int]]
     packed_width: int
 
 
-def layout(tokens: list[list[Token]], order: list[int], capacity: int) -> Layout:
+def layout(lengths: list[int], commons: list[int], capacity: int) -> Layout:
     """Groups of at most ``capacity`` tokens packed first fit, longest first, into bins of
     ``capacity`` (a row alone may be wider)."""
-    groups, shared = prefix_groups(tokens, order, capacity)
-    sizes = [sum(len(tokens[order[t]]) - shared[t] for t in group) for group in groups]
+    groups, shared = prefix_groups(lengths, commons, capacity)
+    sizes = [sum(lengths[t] - shared[t] for t in group) for group in groups]
     bins = first_fit_bins(sizes, capacity)
-    return Layout(groups, shared, sizes, bins, max(sum(sizes[g] for g in members) for members in bins))
+    return Layout(groups, shared, bins, max(sum(sizes[g] for g in members) for members in bins))
 
 
-def capacities(width: int, longest: int) -> list[int]:
+def capacities(width: int, total: int) -> list[int]:
     """Packed widths worth trying: the batch's, two to eight times it, and the whole batch in
     one row where that is narrower."""
-    return sorted(w for w in {width, *(width * k for k in (2, 4, 8)), longest} if w >= width)
+    return sorted(w for w in {width, *(width * k for k in (2, 4, 8)), total} if w >= width)
 
 
 def pack_plan(
@@ -206,8 +202,9 @@ def pack_plan(
         ids, pos = input_ids.tolist(), positions.expand(rows, width).tolist()
         tokens = [[(ids[row][c], pos[row][c]) for c in cols] for row, cols in enumerate(columns)]
     order = sorted(range(rows), key=lambda r: tokens[r])
-    total = sum(len(row) for row in tokens)
-    choices = [layout(tokens, order, capacity) for capacity in capacities(width, total)]
+    lengths = [len(tokens[row]) for row in order]
+    commons = [0] + [common_prefix(tokens[a], tokens[b]) for a, b in zip(order, order[1:], strict=False)]
+    choices = [layout(lengths, commons, capacity) for capacity in capacities(width, sum(lengths))]
     if variant is not None:
         choices = [c for c in choices if variant(len(c.bins), c.packed_width) == variant(rows, width)]
     if not choices:

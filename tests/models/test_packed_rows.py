@@ -126,9 +126,10 @@ def test_equal_ids_at_other_positions_are_not_shared():
 
 def test_rows_join_a_group_when_they_share_half_of_the_shorter():
     tokens = [[(1, 0), (2, 1), (3, 2), (4, 3)], [(1, 0), (2, 1), (3, 2), (5, 3)], [(1, 0), (6, 1), (7, 2)]]
-    groups, shared = prefix_groups(tokens, [0, 1, 2], capacity=8)
+    lengths, commons = [len(t) for t in tokens], [0, 3, 1]  # row 2 shares one token with row 1
+    groups, shared = prefix_groups(lengths, commons, capacity=8)
     assert groups == [[0, 1], [2]] and shared == [0, 3, 0]  # one token of three is not worth a group
-    groups, shared = prefix_groups(tokens, [0, 1, 2], capacity=4)
+    groups, shared = prefix_groups(lengths, commons, capacity=4)
     assert groups == [[0], [1], [2]] and shared == [0, 0, 0]  # 4 + 1 tokens would overflow a row of 4
 
 
