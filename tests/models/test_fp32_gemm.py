@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -108,11 +110,24 @@ def test_bf16_valued_operands_give_the_fp32_product_in_either_mode(monkeypatch, 
 def test_bf16_math_on_operands_that_are_not_bf16_values_would_round(monkeypatch):
     """Why the caller must vouch for its operands: fp32 values lose their low bits in bf16 math."""
     if not fp32_gemm.bf16_math_faster():
-        pytest.skip("this CPU runs no faster in bf16 math: the mode is never used here")
+        pytest.skip("this CPU ignores the bf16 math mode or runs no faster in it: never used here")
     torch.manual_seed(0)
     x, w = torch.randn(64, 96), torch.randn(200, 96)
     exact = x.double() @ w.double().T
     assert (fp32_gemm.bf16_valued_linear(x, w).double() - exact).abs().max() > 1e-3
+
+
+def test_a_mode_that_does_not_narrow_is_never_chosen_however_it_times(monkeypatch):
+    """Where torch ignores the mode (an AMD EPYC Zen 4), its probe timed the fp32 product against
+    itself, and under load that once read as a 1.2x gain."""
+    monkeypatch.setattr(fp32_gemm, "_bf16_math", contextlib.nullcontext)
+    rates = iter([1.0, 10.0])  # the fp32 product, then the mode: ten times faster
+    monkeypatch.setattr(fp32_gemm, "best_calls_per_second", lambda call, seconds: next(rates))
+    fp32_gemm.bf16_math_faster.cache_clear()
+    try:
+        assert fp32_gemm.bf16_math_faster() is False
+    finally:
+        fp32_gemm.bf16_math_faster.cache_clear()
 
 
 @pytest.mark.parametrize(
