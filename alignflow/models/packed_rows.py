@@ -217,6 +217,19 @@ def pack_plan(
     return plan_of(best, order, columns, width, attention_mask.device)
 
 
+def padded_plan(attention_mask: torch.Tensor) -> PackPlan:
+    """Every row alone at the batch's width, its real tokens first: the padded batch's cost, as
+    a plan, so that a batch not worth packing reaches the body as a packed one does. A compiled
+    layer guards on what its arguments look like (which are given, the positions' and the mask's
+    strides and bases) and compiled again mid-run where packed and padded calls alternated."""
+    rows, width = attention_mask.shape
+    real = attention_mask.bool()
+    columns = [torch.nonzero(real[row])[:, 0].tolist() for row in range(rows)]
+    alone = [[row] for row in range(rows)]
+    unpacked = Layout(groups=alone, shared=[0] * rows, bins=alone, packed_width=width)
+    return plan_of(unpacked, list(range(rows)), columns, width, attention_mask.device)
+
+
 def plan_of(chosen: Layout, order: list[int], columns: list[list[int]], width: int, device: Any) -> PackPlan:
     """The index tensors that carry out ``chosen``: each bin's groups one after another, each
     group as its first row's tokens and then every later row's tokens after its shared prefix."""
@@ -347,20 +360,9 @@ def given_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None and not (k in UNASKED_OUTPUTS and v is False)}
 
 
-def as_packed_call(given: dict[str, Any]) -> dict[str, Any]:
-    """A padded call's arguments shaped as a packed call's: the same names (PEFT's unset ones
-    dropped) and positions per row (each token's column, as the model would number it). A
-    compiled layer guards on both (the arguments, the positions' batch against the hidden
-    states'), and compiled again mid-run where packed and padded calls alternated."""
-    ids = given["input_ids"]
-    columns = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
-    positions = given.get("position_ids")
-    return {**given, "position_ids": columns if positions is None else positions.expand(ids.shape)}
-
-
 def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
-    """``body(**kwargs).last_hidden_state``, over packed rows where that is exact and costs less
-    (padding slots then hold zeros)."""
+    """``body(**kwargs).last_hidden_state`` at every real token (zeros at padding): over packed
+    rows where that is exact and costs less, else over the rows as they are (:func:`padded_plan`)."""
     given = given_arguments(kwargs)
     if not can_pack(body, given):
         return body(**kwargs).last_hidden_state
@@ -368,7 +370,8 @@ def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     share, variant = attention_share(config), layer_variant(config)
     plan = pack_plan(given["attention_mask"], ids, positions, share, variant)
     if plan is None:
-        return body(**as_packed_call(given)).last_hidden_state
+        plan = padded_plan(given["attention_mask"])
+    else:
+        packing_counts(body).add(plan)
     rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
-    packing_counts(body).add(plan)
     return packed_forward(body, plan, ids, positions, **rest)

@@ -18,6 +18,8 @@ from alignflow.models.packed_rows import (
     last_hidden_state,
     layer_variant,
     pack_plan,
+    packed_forward,
+    padded_plan,
     prefix_groups,
 )
 from tests.models.tiny_llama import tiny_lm
@@ -229,22 +231,50 @@ def test_calls_it_cannot_pack_exactly_are_refused():
     assert not can_pack(MistralModel(config), batch)  # a window shorter than the rows
 
 
-def test_a_batch_left_padded_is_called_as_a_packed_one_would_be():
-    """Positions per row and no unset arguments, whichever way a batch goes: a compiled layer
-    guards on both. The hidden states stay the padded forward's."""
+def _looks(value: object) -> object:
+    """What a compiled layer guards on of an argument: kind, rank, dtype, layout, and its base's."""
+    if not isinstance(value, torch.Tensor):
+        return type(value)
+    base = value._base
+    layout = None if base is None else (base.dim(), base.is_contiguous())
+    return value.dim(), value.dtype, value.is_contiguous(), layout
+
+
+def test_a_batch_not_worth_packing_is_called_as_a_packed_one_is():
+    """The same arguments, alike down to their strides and bases, whichever way a batch goes: a
+    compiled layer guards on them (SmolLM2's DPO bench compiled again in step 2, ~11 s a layer
+    variant, where a packed step 1 met a padded step 2). The hidden states stay the padded ones."""
     body, batch = tiny_lm("sdpa").model.float(), _ragged()
     seen = []
     body.register_forward_pre_hook(lambda _, args, kwargs: seen.append(kwargs), with_kwargs=True)
+    full = {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["attention_mask"])}
     with torch.no_grad():
         plain = body(**batch).last_hidden_state
-        full = torch.ones_like(batch["attention_mask"])  # nothing to pack: the padded call
-        last_hidden_state(body, input_ids=batch["input_ids"], attention_mask=full, inputs_embeds=None)
-        ours = last_hidden_state(body, **batch)
-    padded_call, packed_call = seen[1], seen[2]
+        plain_full = body(**full).last_hidden_state
+        padded = last_hidden_state(body, **full, inputs_embeds=None)  # nothing to pack
+        packed = last_hidden_state(body, **batch)
+    padded_call, packed_call = seen[2], seen[3]
     assert set(padded_call) == set(packed_call) and "inputs_embeds" not in padded_call
-    assert padded_call["position_ids"].shape == batch["input_ids"].shape
+    assert {k: _looks(v) for k, v in padded_call.items()} == {k: _looks(v) for k, v in packed_call.items()}
+    torch.testing.assert_close(padded, plain_full, rtol=1e-5, atol=1e-5)
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(packed[real], plain[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_rows_left_as_they_are_give_the_padded_hidden_states(name):
+    """The padded plan moves each row's tokens to its front (left padding included), with their
+    positions: nothing shared, nothing packed, the padded forward's hidden states."""
+    body, batch = tiny_lm("sdpa").model.float(), BATCHES[name]()
+    plan = padded_plan(batch["attention_mask"])
+    assert (plan.packed_rows, plan.packed_width) == tuple(batch["input_ids"].shape)
+    assert len(plan.fill_target) == int(batch["attention_mask"].sum())
+    with torch.no_grad():
+        plain = body(**batch).last_hidden_state
+        ours = packed_forward(body, plan, batch["input_ids"], None)
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(ours[real], plain[real], rtol=1e-5, atol=1e-5)
+    assert not ours[~real].any()
 
 
 def test_a_wrappers_unset_arguments_still_pack():
