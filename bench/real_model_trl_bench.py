@@ -361,6 +361,8 @@ def _trainer_records() -> list[dict[str, Any]]:
                     "rewards": [h["reward"] for h in history if "reward" in h],
                     "dtype": str(self.model.get_input_embeddings().weight.dtype).removeprefix("torch."),
                     "losses": [h["loss"] for h in history if "loss" in h],
+                    # alignflow's packed rows compute a shared prefix once (TRL's trainers: all)
+                    "tokens_computed_share": getattr(getattr(self, "packing", None), "computed_share", 1.0),
                 }
             )
 
@@ -402,6 +404,7 @@ def run_case(case: str, root: Path, out: Path, seed: int = 0) -> dict[str, Any]:
         "peak_rss_mb": rss,
         "seed": seed,
         "dtype": run["dtype"],  # what the loop trained in (`model.dtype: fastest` decides per process)
+        "tokens_computed_share": run["tokens_computed_share"],
     }
     stage = case.split(":")[0]
     if stage == "dpo":
@@ -435,13 +438,21 @@ def _child(case: str, root: Path, out: Path, seed: int) -> dict[str, Any]:
 FLOPS_PER_TOKEN = {"dpo": {"training": 4}, "grpo": {"sampling": 2, "training": 4}}
 
 
-def mfu(case: str, tokens_per_s: float, n_params: int, peak_gflops: float) -> dict[str, float]:
+def mfu(
+    case: str, tokens_per_s: float, n_params: int, peak_gflops: float, computed_share: float = 1.0
+) -> dict[str, float]:
     """MFU of ``case`` (``stage:side``) over the loop's wall time: ``all`` counts every phase's
     model FLOPs, ``training`` only the training pass's (the figure this bench reported before
-    GRPO's sampling was counted)."""
+    GRPO's sampling was counted), ``computed`` the training pass's over the tokens the body
+    computed (``computed_share`` of them: a prefix shared by several rows counts once)."""
     factors = FLOPS_PER_TOKEN[case.split(":")[0]]
     per_factor = n_params * tokens_per_s / (peak_gflops * 1e9)
-    return {"all": sum(factors.values()) * per_factor, "training": factors["training"] * per_factor}
+    training = factors["training"] * per_factor
+    return {
+        "all": sum(factors.values()) * per_factor,
+        "training": training,
+        "computed": training * computed_share,
+    }
 
 
 def _load_note(r: dict[str, Any]) -> str:
@@ -490,9 +501,9 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
         "",
         "| case | steps | rows/s (train loop, after step 1; min-max) | tokens/s | rows/s (whole call) "
-        "| MFU (all model FLOPs) | MFU (training FLOPs only) | peak RSS MB "
+        "| MFU (all model FLOPs) | MFU (training FLOPs only) | MFU (training, tokens computed) | peak RSS MB "
         "| quality |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, case in c.items():
         quality = (
@@ -506,6 +517,7 @@ def _markdown(r: dict[str, Any]) -> str:
             f"| {name} | {case['steps']:.0f} | {rate} "
             f"| {case['tokens_per_s']:.0f} | "
             f"{case['call_rows_per_s']:.2f} | {case['mfu']:.1%} | {case['mfu_training']:.1%} "
+            f"| {case.get('mfu_computed', case['mfu_training']):.1%} "
             f"| {case['peak_rss_mb']:.0f} | {quality} |"
         )
     lines += ["", "Held-out DPO loss by repeat (same seed, same batches both sides):", ""]
@@ -524,7 +536,12 @@ def _markdown(r: dict[str, Any]) -> str:
         "model FLOPs over the loop's wall time against the GEMM peak: 4 N per token trained (frozen",
         "base, adapters: forward and input gradients); GRPO's loop also samples each row's prompt and",
         "completion tokens, 2 N a token (nominal, as DeepSpeed-Chat counts generation), which the",
-        "all-FLOPs column adds and the training-only column leaves out. TRL's reference pass is",
+        "all-FLOPs column adds and the training-only column leaves out. alignflow computes a prefix",
+        "that several rows share (a DPO pair's prompt, a GRPO group's) once: the last MFU column",
+        "counts the training pass over the tokens its body computed (share median "
+        f"{c['dpo:alignflow'].get('tokens_computed_share', 1.0):.2f} DPO, "
+        f"{c['grpo:alignflow'].get('tokens_computed_share', 1.0):.2f} GRPO; TRL's 1.00, padding aside).",
+        "TRL's reference pass is",
         "part of its whole call; alignflow's cached reference pass is too (cold cache in every run).",
         "Held-out: DPO loss on 48 HH pairs by TRL's evaluation against SmolLM2; GRPO reward",
         "(correctness + 0.2 x format) of greedy answers to 40 word problems not trained on.",
@@ -570,8 +587,12 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     n_params = _parameters(smollm2_path())
     cases = {case: _median(r) for case, r in runs.items()}
     for name, case in cases.items():
-        shares = mfu(name, case["tokens_per_s"], n_params, peak)
-        case["mfu"], case["mfu_training"] = shares["all"], shares["training"]
+        shares = mfu(name, case["tokens_per_s"], n_params, peak, case.get("tokens_computed_share", 1.0))
+        case["mfu"], case["mfu_training"], case["mfu_computed"] = (
+            shares["all"],
+            shares["training"],
+            shares["computed"],
+        )
     ratios = {}
     for stage in ("dpo", "grpo"):
         ours, theirs = cases[f"{stage}:alignflow"], cases[f"{stage}:trl"]

@@ -76,23 +76,31 @@ class PackPlan:
 
 @dataclass
 class PackingCounts:
-    """What :func:`last_hidden_state` did for one body: forwards packed, the real tokens in
-    them, and how many of those the body computed (a shared prefix once)."""
+    """What :func:`last_hidden_state` did for one body: its forwards, how many of them packed,
+    the real tokens in them, and how many of those the body computed (a shared prefix once)."""
 
     forwards: int = 0
+    packed: int = 0
     tokens: int = 0
     computed: int = 0
 
-    def add(self, plan: PackPlan) -> None:
+    def add(self, plan: PackPlan, packed: bool) -> None:
         self.forwards += 1
+        self.packed += packed
         self.tokens += len(plan.source)
         self.computed += len(plan.fill_target)
 
+    @property
+    def computed_share(self) -> float:
+        """The share of real tokens the body computed (1.0 before any forward)."""
+        return self.computed / self.tokens if self.tokens else 1.0
+
     def describe(self) -> str:
         """``off``, or how many forwards were packed and what share of their tokens ran."""
-        if not self.forwards:
+        if not self.packed:
             return "off"
-        return f"on ({self.forwards} forwards, {self.computed} of {self.tokens} tokens computed)"
+        forwards = f"{self.packed} of {self.forwards} forwards"
+        return f"on ({forwards}, {self.computed} of {self.tokens} tokens computed)"
 
 
 def packing_counts(body: Any) -> PackingCounts:
@@ -369,9 +377,8 @@ def last_hidden_state(body: Any, **kwargs: Any) -> torch.Tensor:
     ids, positions, config = given["input_ids"], given.get("position_ids"), body.config
     share, variant = attention_share(config), layer_variant(config)
     plan = pack_plan(given["attention_mask"], ids, positions, share, variant)
-    if plan is None:
-        plan = padded_plan(given["attention_mask"])
-    else:
-        packing_counts(body).add(plan)
+    packed = plan is not None
+    plan = plan or padded_plan(given["attention_mask"])
+    packing_counts(body).add(plan, packed)
     rest = {k: v for k, v in given.items() if k not in {"input_ids", "attention_mask", "position_ids"}}
     return packed_forward(body, plan, ids, positions, **rest)

@@ -11,7 +11,7 @@ from bench.real_model_trl_bench import _markdown, mfu, trained_dtypes
 def _case(dtypes: list[str], loss: float | None = None) -> dict:
     runs = [{"dtype": d, "rows_per_s": 1.0 + i, "held_out_loss": loss} for i, d in enumerate(dtypes)]
     case = {"steps": 4, "rows_per_s": 1.5, "tokens_per_s": 100.0, "call_rows_per_s": 1.0, "mfu": 0.3}
-    case |= {"mfu_training": 0.2}
+    case |= {"mfu_training": 0.2, "mfu_computed": 0.1, "tokens_computed_share": 0.5}
     case |= {"peak_rss_mb": 1000.0, "runs": runs}
     if loss is None:
         return case | {"held_out_reward": 0.2, "mean_reward": 0.1}
@@ -50,14 +50,24 @@ def test_runs_all_in_the_peak_s_dtype_say_so():
 def test_grpo_mfu_counts_sampling_each_token_as_a_forward_pass():
     # 1e8 parameters, 100 tokens/s, a 100 GFLOP/s peak: training 4 N = 40%, sampling 2 N more
     grpo = mfu("grpo:alignflow", 100.0, 100_000_000, 100.0)
-    assert grpo == pytest.approx({"all": 0.6, "training": 0.4})
+    assert grpo == pytest.approx({"all": 0.6, "training": 0.4, "computed": 0.4})
 
 
 def test_dpo_mfu_is_its_training_pass_alone():
-    assert mfu("dpo:trl", 100.0, 100_000_000, 100.0) == pytest.approx({"all": 0.4, "training": 0.4})
+    assert mfu("dpo:trl", 100.0, 100_000_000, 100.0) == pytest.approx(
+        {"all": 0.4, "training": 0.4, "computed": 0.4}
+    )
+
+
+def test_a_shared_prefix_computed_once_is_not_counted_as_work_done():
+    # 60% of the real tokens computed (the rest a prompt shared by the rows after its first)
+    assert mfu("dpo:alignflow", 100.0, 100_000_000, 100.0, computed_share=0.6)["computed"] == pytest.approx(
+        0.24
+    )
 
 
 def test_the_table_shows_both_mfu_figures():
     table = _markdown(_result(["bfloat16"]))
-    assert "| MFU (all model FLOPs) | MFU (training FLOPs only) |" in table
-    assert "| 30.0% | 20.0% |" in table.split("| grpo:alignflow |")[1].splitlines()[0]
+    assert "| MFU (all model FLOPs) | MFU (training FLOPs only) | MFU (training, tokens computed) |" in table
+    assert "| 30.0% | 20.0% | 10.0% |" in table.split("| grpo:alignflow |")[1].splitlines()[0]
+    assert "(share median 0.50 DPO, 0.50 GRPO" in " ".join(table.split())

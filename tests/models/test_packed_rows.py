@@ -19,6 +19,7 @@ from alignflow.models.packed_rows import (
     layer_variant,
     pack_plan,
     packed_forward,
+    packing_counts,
     padded_plan,
     prefix_groups,
 )
@@ -303,3 +304,18 @@ def test_long_rows_sharing_half_stay_apart_at_smollm2s_attention_cost():
     assert pack_plan(mask, ids, attention_share=attention_share(config)) is None
     products_only = 9 * 4 * 64 / (2 * (576 * 64 * (18 + 6) + 3 * 576 * 1536))
     assert pack_plan(mask, ids, attention_share=products_only).packed_width == 1500
+
+
+def test_every_forward_is_counted_and_only_the_packed_ones_save_tokens():
+    body, shared = tiny_lm("sdpa").model, _nested()
+    full = {"input_ids": shared["input_ids"], "attention_mask": torch.ones_like(shared["attention_mask"])}
+    with torch.no_grad():
+        last_hidden_state(body, **full)  # nothing to pack: computed as it stands
+        counts = packing_counts(body)
+        assert (counts.forwards, counts.packed, counts.describe()) == (1, 0, "off")
+        assert counts.computed == counts.tokens == full["input_ids"].numel()
+        last_hidden_state(body, **shared)
+    real = int(shared["attention_mask"].sum())
+    assert (counts.forwards, counts.packed, counts.tokens) == (2, 1, full["input_ids"].numel() + real)
+    assert counts.computed < counts.tokens and counts.computed_share < 1  # the prompts once
+    assert counts.describe().startswith("on (1 of 2 forwards, ")
