@@ -15,6 +15,7 @@ and oneDNN on this CPU (:mod:`alignflow.models.fp32_gemm`).
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -238,6 +239,13 @@ def _head_is_plain(model: Any) -> bool:
     return head is not None and getattr(head, "bias", None) is None and not scaled
 
 
+@dataclass
+class HeadCalls:
+    """Forwards the label head scored, shared by a model and the copies that run it."""
+
+    calls: int = 0
+
+
 def install_label_head(
     model: Any, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",)
 ) -> bool:
@@ -255,6 +263,11 @@ def install_label_head(
     from trl.trainer.utils import FusedCausalLMOutput
 
     trl_forward = model.forward
+    # the counters exist before any forward: accelerate's regional compilation runs a copy of
+    # each module on the way to the layers, their attributes copied shallowly, and a counter
+    # first set on the copy was never seen by the stage's tags (``torch_compile: true``)
+    model.label_head_counter = HeadCalls()
+    packing_counts(model.base_model)
 
     def forward(self: Any, *args: Any, fused_lm_head: bool = False, labels: Any = None, **kwargs: Any) -> Any:
         head = self.get_output_embeddings()
@@ -267,7 +280,7 @@ def install_label_head(
             or kwargs.get("output_router_logits")
         ):
             return trl_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
-        self.label_head_calls = getattr(self, "label_head_calls", 0) + 1
+        self.label_head_counter.calls += 1
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("shift_labels", None)
         kwargs["use_cache"] = False
@@ -319,4 +332,5 @@ class LabelHeadMixin(PreparedModelsMixin):
     @property
     def label_head_calls(self) -> int:
         """Forwards of the policy that this head scored (0 where TRL's head ran them all)."""
-        return int(getattr(self._label_head_model, "label_head_calls", 0))
+        counter = getattr(self._label_head_model, "label_head_counter", None)
+        return counter.calls if counter is not None else 0

@@ -230,3 +230,22 @@ def test_a_padded_batch_scored_over_packed_rows_matches_trls_fused_head():
     scored = labels[:, 1:] != -100
     torch.testing.assert_close(ours.log_probs[scored], theirs.log_probs[scored], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(our_grads, their_grads, atol=1e-5, rtol=1e-4)
+
+
+def test_counts_reach_the_stage_when_a_compiled_copy_runs_the_model():
+    """``torch_compile: true`` runs accelerate's regional compilation: copies of the modules on
+    the way to the decoder layers do the forwards. The label head's and the packing's counts
+    must still be the model's (the stage tags said "off" where both ran)."""
+    from accelerate.utils import compile_regions
+
+    from alignflow.models.packed_rows import packing_counts
+
+    _, ours = _trl_and_ours(1.0)
+    ids, labels = _batch()
+    mask = (labels != -100) | (torch.arange(16) < 6)  # row 1 padded after 12 tokens
+    compiled = compile_regions(ours, backend="eager", dynamic=True)
+    assert compiled is not ours and compiled.model is not ours.model
+    compiled(input_ids=ids, attention_mask=mask.long(), labels=labels, fused_lm_head=True)
+    assert ours.label_head_counter.calls == 1
+    counts = packing_counts(ours.model)
+    assert counts.forwards == 1 and counts.tokens == int(mask.sum())
