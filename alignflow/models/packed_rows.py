@@ -181,6 +181,12 @@ def layout(lengths: list[int], commons: list[int], capacity: int) -> Layout:
     return Layout(groups, shared, bins, max(sum(sizes[g] for g in members) for members in bins))
 
 
+def real_columns(attention_mask: torch.Tensor) -> list[list[int]]:
+    """Each row's columns that hold a real token (``attention_mask`` 1)."""
+    real = attention_mask.bool()
+    return [torch.nonzero(real[row])[:, 0].tolist() for row in range(real.shape[0])]
+
+
 def capacities(width: int, total: int) -> list[int]:
     """Packed widths worth trying: the batch's, two to eight times it, and the whole batch in
     one row where that is narrower."""
@@ -201,8 +207,7 @@ def pack_plan(
     if attention_mask.dim() != 2 or attention_mask.shape[0] < 2:
         return None
     rows, width = attention_mask.shape
-    real = attention_mask.bool()
-    columns = [torch.nonzero(real[row])[:, 0].tolist() for row in range(rows)]
+    columns = real_columns(attention_mask)
     if input_ids is None:  # no sharing: every row's tokens are its own
         tokens = [[(row, c) for c in cols] for row, cols in enumerate(columns)]
     else:
@@ -231,8 +236,7 @@ def padded_plan(attention_mask: torch.Tensor) -> PackPlan:
     layer guards on what its arguments look like (which are given, the positions' and the mask's
     strides and bases) and compiled again mid-run where packed and padded calls alternated."""
     rows, width = attention_mask.shape
-    real = attention_mask.bool()
-    columns = [torch.nonzero(real[row])[:, 0].tolist() for row in range(rows)]
+    columns = real_columns(attention_mask)
     alone = [[row] for row in range(rows)]
     unpacked = Layout(groups=alone, shared=[0] * rows, bins=alone, packed_width=width)
     return plan_of(unpacked, list(range(rows)), columns, width, attention_mask.device)
