@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 # (importing training_bench also sets the offline and tokenizer environment defaults)
-from bench.training_bench import HH_PAIRS, REPO, RESULTS, _median
+from bench.training_bench import HH_PAIRS, REPO, RESULTS, _median, cpu_name
 
 STEPS = {
     "dpo": int(os.environ.get("ALIGNFLOW_BENCH_DPO_STEPS", 12)),
@@ -495,7 +495,7 @@ def _markdown(r: dict[str, Any]) -> str:
     lines = [
         "# DPO and GRPO on SmolLM2-135M-Instruct: alignflow vs TRL (tuned)",
         "",
-        f"Machine: {r['machine']} ({r['cpu']}); {r['threads']} threads; "
+        f"Machine: {r['machine']}, {r['cpu']}; {r['threads']} threads; "
         f"{r['dtype']} GEMM peak {r['peak_gflops']:.0f} GFLOP/s "
         f"({_peak_note(r)}). {r['parameters'] / 1e6:.1f}M parameters; {_dtype_note(r)}. "
         f"Repeats: {r['repeats']}, ABBA (medians). {_load_note(r)}",
@@ -614,7 +614,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         "dpo_train_speedup": ratios["dpo rows/s (train loop)"],
         "grpo_train_speedup": ratios["grpo rows/s (train loop)"],
         "warm_up_s": statistics.median(c["warm_up_s"] for c in cases.values()),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "load_average_1min_at_end": os.getloadavg()[0],
         "wall_s": time.perf_counter() - started,
     }
@@ -622,20 +622,6 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "real_model_trl.md").write_text(_markdown(result), encoding="utf-8")
     return result
-
-
-def _cpu_name() -> str:
-    """The CPU's model name and matrix extensions, from /proc/cpuinfo (MFU depends on them)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    units = [name for name in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if name in flags]
-    family = f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
-    return f"{fields.get('model name', 'unknown CPU')}, {family}, {'/'.join(units) or 'no AVX2'}"
 
 
 def _parameters(path: Any) -> int:
