@@ -34,7 +34,9 @@ for the process). Reported: medians with min-max, ratios alignflow/TRL of the me
 MFU: model FLOPs per trained token, 6 N (full fine-tune) or 4 N (frozen base with
 adapters: no weight gradients), N the model's parameters, attention's own FLOPs not
 counted; against the bf16 GEMM peak measured in the same run (8192^3 matmuls). GRPO's
-MFU counts the update's FLOPs over the whole step, generation's time included.
+training MFU counts the update's FLOPs over the whole step, generation's time included; its
+all-FLOPs MFU adds 2 N per prompt and completion token for sampling them, as the CPU bench does
+(:data:`bench.real_model_trl_bench.FLOPS_PER_TOKEN`).
 
 On the GPU machine (see ``tools/gpu_prepare.py``), with ``carry: [".gpu"]``::
 
@@ -496,20 +498,30 @@ def _spread(runs: list[dict[str, Any]], key: str) -> dict[str, float | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def flops_per_token(case: str) -> dict[str, int]:
+    """Model FLOPs per token over N, by phase: the update's (6 full, 4 with adapters: no weight
+    gradients for the frozen base) and, for GRPO, sampling's (a forward per token)."""
+    spec = case_spec(case)
+    phases = {"training": 4 if spec["lora"] else 6}
+    if spec["stage"] == "grpo":
+        phases["sampling"] = rmt.FLOPS_PER_TOKEN["grpo"]["sampling"]
+    return phases
+
+
 def summarise(runs: list[dict[str, Any]], parameters: int, peak_tflops: float | None) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for case in CASES:
-        factor = 4 if case_spec(case)["lora"] else 6
+        phases = flops_per_token(case)
         for side in SIDES:
             mine = [r for r in runs if r["case"] == case and r["side"] == side]
             if not mine:
                 continue
             for r in mine:
-                r["mfu"] = (
-                    factor * parameters * r["tokens_per_s"] / (peak_tflops * 1e12) if peak_tflops else None
-                )
-            keys = ("rows_per_s", "tokens_per_s", "mfu", "peak_gpu_gib", "call_rows_per_s", "step_s_median",
-                    "warmup_step_s")  # fmt: skip
+                share = parameters * r["tokens_per_s"] / (peak_tflops * 1e12) if peak_tflops else None
+                r["mfu"] = phases["training"] * share if share is not None else None
+                r["mfu_all"] = sum(phases.values()) * share if share is not None else None
+            keys = ("rows_per_s", "tokens_per_s", "mfu", "mfu_all", "peak_gpu_gib", "call_rows_per_s",
+                    "step_s_median", "warmup_step_s")  # fmt: skip
             cases[f"{case}:{side}"] = {"runs": len(mine), **{k: _spread(mine, k) for k in keys}}
     ratios = {}
     for case in CASES:
@@ -638,16 +650,17 @@ def markdown(r: dict[str, Any]) -> str:
         "Medians (min–max) over the repeats; train-loop rates in steady state (step 1's end to the last "
         "step's end).",
         "",
-        "| case | side | rows/s (train loop) | tokens/s | MFU | peak GPU GiB | rows/s (whole call) | "
-        "warm-up step s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | side | rows/s (train loop) | tokens/s | MFU (training) | MFU (all model FLOPs) | "
+        "peak GPU GiB | rows/s (whole call) | warm-up step s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in r["cases"].items():
         case, side = name.split(":")
         unit = "pairs" if case.startswith("dpo") else "compl."
         lines.append(
             f"| {case} | {side} | {_fmt(c['rows_per_s'])} {unit}/s | {_fmt(c['tokens_per_s'], 1e-3)}k | "
-            f"{_fmt(c['mfu'], pct=True)} | {_fmt(c['peak_gpu_gib'])} | {_fmt(c['call_rows_per_s'])} | "
+            f"{_fmt(c['mfu'], pct=True)} | {_fmt(c.get('mfu_all'), pct=True)} | {_fmt(c['peak_gpu_gib'])} | "
+            f"{_fmt(c['call_rows_per_s'])} | "
             f"{_fmt(c['warmup_step_s'], digits=2)} |"
         )
     lines += ["", "Ratios alignflow/TRL of the medians (above 1: alignflow faster, or more memory):", ""]
@@ -658,8 +671,9 @@ def markdown(r: dict[str, Any]) -> str:
         "Rows: pairs (DPO) or completions (GRPO). Tokens: the trainer's own count (DPO: chosen + rejected "
         "tokens; GRPO: prompt + completion tokens). MFU: 6 N FLOPs per token for a full fine-tune, 4 N "
         "with LoRA (no weight gradients for the frozen base), N the parameters, attention's own FLOPs not "
-        "counted, against the best GEMM time above; GRPO's counts the update only, over the whole step "
-        "(generation included in the time). Whole call: the stage function / the user's script from "
+        "counted, against the best GEMM time above; GRPO's training MFU counts the update only, over the "
+        "whole step (generation included in the time), its all-FLOPs MFU adds 2 N per prompt and completion "
+        "token for sampling them. Whole call: the stage function / the user's script from "
         "loading the model to the saved model (alignflow: its held-out evaluation before and after, on "
         "1 row here, and its cold reference-log-prob cache; TRL: its reference pass). alignflow's GRPO "
         "stage generates through TRL's GRPOTrainer: the same plain `generate` as TRL's side.",
