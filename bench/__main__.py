@@ -7,6 +7,7 @@ Usage: ``python -m bench [name ...]`` where name is e.g. ``validation`` or ``val
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
@@ -38,8 +39,25 @@ def write_table(results_dir: Path = RESULTS) -> Path:
     return out
 
 
+def parse_names(argv: list[str]) -> list[str]:
+    """The bench modules ``argv`` names (``validation`` or ``validation_bench``), every one where
+    it names none; an unknown name is a usage error that lists the known ones."""
+    known = discover()
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run benchmarks and write bench/results/<name>.json and bench/results/README.md.",
+        epilog="benchmarks: " + ", ".join(n.removesuffix("_bench") for n in known),
+    )
+    parser.add_argument("names", nargs="*", metavar="name", help="a benchmark to run (default: all of them)")
+    names = [n if n.endswith("_bench") else f"{n}_bench" for n in parser.parse_args(argv).names]
+    unknown = [n.removesuffix("_bench") for n in names if n not in known]
+    if unknown:
+        parser.error(f"no benchmark named {', '.join(unknown)} (see --help)")
+    return names or known
+
+
 def main(argv: list[str]) -> int:
-    names = [n if n.endswith("_bench") else f"{n}_bench" for n in argv] or discover()
+    names = parse_names(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in names:
         module = importlib.import_module(f"bench.{name}")
