@@ -27,9 +27,10 @@ tokens = what the trainer itself counts (DPO: chosen + rejected tokens; GRPO: pr
 completion tokens). Before any timed run, one untimed warm-up run per stage (TRL side) pays
 the fresh machine's cold start. Sides alternate which goes first (ABBA over the repeats,
 offset per case), ``REPEATS`` runs per side and case, all in one process (between runs:
-``gc``, emptied CUDA cache, peak-memory counters reset; TRL runs get torch's default
-non-deterministic mode back, since alignflow's stages switch deterministic algorithms on
-for the process). Reported: medians with min-max, ratios alignflow/TRL of the medians.
+``gc``, emptied CUDA cache, peak-memory counters reset; TRL runs get torch's defaults back:
+alignflow's stages set deterministic algorithms for the process, off on a GPU unless a stage
+asks, and their allocation fill off). Each run records whether deterministic algorithms were
+on. Reported: medians with min-max, ratios alignflow/TRL of the medians.
 
 MFU: model FLOPs per trained token, 6 N (full fine-tune) or 4 N (frozen base with
 adapters: no weight gradients), N the model's parameters, attention's own FLOPs not
@@ -416,7 +417,8 @@ def _clean() -> float:
 
 
 def _user_default_torch_state() -> None:
-    """What a TRL user's process has: alignflow's stage turned deterministic algorithms on."""
+    """What a TRL user's process has, whatever alignflow's last stage set (deterministic
+    algorithms off, torch's allocation fill on)."""
     import torch
 
     torch.use_deterministic_algorithms(False)

@@ -19,7 +19,6 @@ StageResult`` registered in :mod:`alignflow.training.registry`. To write a new o
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +39,7 @@ from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
 from alignflow.training.checkpoints import CHECKPOINTS, save_final_model, train_with_resume
+from alignflow.training.determinism import DETERMINISM_TAG, use_determinism
 from alignflow.training.stage_config import RunConfig, StageConfig
 
 RESULT = "result.json"
@@ -72,20 +72,15 @@ def _atomic_write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch and ask torch for deterministic kernels where it has them."""
+def seed_everything(seed: int, deterministic: bool | None = None) -> str:
+    """Seed python, numpy and torch, and set torch's deterministic kernels as ``deterministic``
+    asks (:func:`~alignflow.training.determinism.use_determinism`); returns the mode in force."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-        # cuBLAS is deterministic only with a fixed workspace, read when its first handle opens
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    # deterministic mode also NaN-fills every fresh allocation (a debugging aid for reads of
-    # uninitialised memory); it tripled DPO step time on CPU and changes no result
-    # torch swaps this module's class at import time to add the property: its typing cannot see it
-    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
+    return use_determinism(deterministic)
 
 
 def stage_seed(config: RunConfig, pipeline_seed: int) -> int:
@@ -95,7 +90,7 @@ def stage_seed(config: RunConfig, pipeline_seed: int) -> int:
 def begin_stage(config: RunConfig, pipeline_seed: int, output_dir: str | Path) -> tuple[int, Path]:
     """Seed everything with the stage's seed and create its output folder; every stage starts here."""
     seed = stage_seed(config, pipeline_seed)
-    seed_everything(seed)
+    tracking.set_tags({DETERMINISM_TAG: seed_everything(seed, config.deterministic)})
     retain_freed_memory()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,13 @@ class RunConfig(BaseModel):
     seed: int | None = Field(None, description="None: the pipeline's seed")
     resume: bool = Field(True, description="continue from the last complete checkpoint in output_dir")
     gradient_checkpointing: bool = False
+    deterministic: bool | None = Field(
+        None,
+        description="torch's deterministic kernels. None: on a CPU, where they cost nothing (an "
+        "operation without one warns and runs), off on a GPU, where they cost speed; True: on any "
+        "device, and an operation without one stops the stage naming it; False: off. The stage "
+        "run's compute.deterministic tag says which mode trained",
+    )
 
 
 class StageConfig(RunConfig):
