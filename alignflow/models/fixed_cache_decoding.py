@@ -8,10 +8,9 @@ rows x 40 tokens on 2 CPU cores, that bookkeeping cost more than the matrix prod
 decode. :func:`sample_with_fixed_cache` prefills each distinct prompt once with the model's
 own forward, copies its cache into buffers sized for the whole answer, then runs each decode
 step through the model's own modules (norms, projections, rotary embedding, MLP, head) with
-torch's fused attention (grouped keys read in place) over the filled part of the buffers
-(SmolLM2, 16 rows, ~100 keys, an AMX Xeon: 86 us a layer in a micro-bench, 148 inside a decode
-step, against 259 in the micro-bench for two matmuls and a softmax, whose bf16 products copied
-the sliced keys first). Token choice goes through the logits
+attention over the filled part of the buffers by the kernel faster on this CPU
+(:mod:`~alignflow.models.decode_attention`: torch's fused SDPA on an AMX Xeon, plain matmuls
+on an AMD EPYC). Token choice goes through the logits
 processors transformers builds for the same generation config, so the settings mean what they
 mean to ``generate``; the output has ``generate``'s layout (the prompt, then the new tokens,
 rows that ended padded).
@@ -35,6 +34,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 
+from alignflow.models.decode_attention import decode_attention
 from alignflow.models.shared_prefill import distinct_rows, generate_wrapped
 
 # decoder layers of pre-norm attention (rotary positions, grouped keys) and a gated MLP,
@@ -157,13 +157,8 @@ def decode_step(model: Any, cache: FixedCache, tokens: torch.Tensor, positions: 
         query, key = rotate(query, key, cos, sin)
         keys[:, :, slot] = key[:, :, 0]
         values[:, :, slot] = attention.v_proj(x).view(rows, kv_heads, head_dim)
-        read = torch.nn.functional.scaled_dot_product_attention(
-            query,
-            keys[:, :, : slot + 1],
-            values[:, :, : slot + 1],
-            attn_mask=bias,
-            scale=attention.scaling,
-            enable_gqa=True,
+        read = decode_attention(
+            query, keys[:, :, : slot + 1], values[:, :, : slot + 1], bias, attention.scaling
         ).reshape(rows, 1, -1)
         hidden = hidden + attention.o_proj(read)
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
