@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, MistralConfig
 
+from alignflow.models import decode_attention
 from alignflow.models.decoding import cpu_decoding
 from alignflow.models.fixed_cache_decoding import (
     attends_whole_context,
@@ -42,10 +43,13 @@ def _taken(model, batch, config: GenerationConfig) -> bool:
     return fixed_cache_plan(model, batch["input_ids"], {**batch, "generation_config": config}) is not None
 
 
+@pytest.mark.parametrize("matmuls", [True, False], ids=["matmuls", "sdpa"])
 @pytest.mark.parametrize("kv_heads", [2, 6])
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_greedy_decodes_the_tokens_of_generate(kv_heads, attention):
-    """Every row, padded or not, grouped keys or not, the same tokens as plain generate."""
+def test_greedy_decodes_the_tokens_of_generate(kv_heads, attention, matmuls, monkeypatch):
+    """Every row, padded or not, grouped keys or not, the same tokens as plain generate,
+    whichever kernel the decode step takes on this CPU."""
+    monkeypatch.setattr(decode_attention, "matmuls_faster", lambda *shape: matmuls)
     model, batch = tiny_lm(attention, kv_heads), _grouped_prompts()
     assert _taken(model, batch, _settings())
     plain, ours = _both(model, batch, _settings())
