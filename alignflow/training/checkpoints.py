@@ -22,7 +22,6 @@ from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
 from alignflow.training.compilation import compile_layer_by_layer, compiled_modules, require_cpu_compiler
-from alignflow.training.determinism import refusing_nondeterminism
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
@@ -184,8 +183,7 @@ def last_complete_checkpoint(checkpoints_dir: str | Path) -> Path | None:
 def train_with_resume(trainer: Any, output_dir: str | Path, resume: bool = True) -> tuple[Any, str | None]:
     """Train, continuing from the last complete checkpoint when there is one."""
     checkpoint = last_complete_checkpoint(Path(output_dir) / CHECKPOINTS) if resume else None
-    with refusing_nondeterminism():
-        output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     return output, str(checkpoint) if checkpoint else None
 
 

@@ -57,7 +57,6 @@ from alignflow.training.checkpoints import (
     move_into_place,
     refuse_diverged_weights,
 )
-from alignflow.training.determinism import refusing_nondeterminism
 from alignflow.training.grpo import _decode_prompt, prompt_rows
 from alignflow.training.ppo_config import PPOStageConfig
 from alignflow.training.registry import REWARD_STAGE_REF
@@ -429,8 +428,7 @@ def run_ppo(
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
     write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
-    with refusing_nondeterminism():
-        train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir, eval_rows)
+    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir, eval_rows)
 
     if eval_rows:
         after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)

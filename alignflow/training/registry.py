@@ -16,6 +16,7 @@ the registry imports neither torch nor the stage modules.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,18 @@ class StageSpec:
             object.__setattr__(self, "cache_sections", ("seed", "model", self.name))
 
     def load_runner(self) -> Callable[..., Any]:
-        return _resolve(self.runner)
+        """The runner, whose whole run (held-out evaluation included) reports an operation that
+        strict determinism refuses as an input error (:mod:`alignflow.training.determinism`)."""
+        from alignflow.training.determinism import refusing_nondeterminism
+
+        runner = _resolve(self.runner)
+
+        @functools.wraps(runner)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with refusing_nondeterminism():
+                return runner(*args, **kwargs)
+
+        return run
 
     def config_class(self) -> type[BaseModel]:
         return _resolve(self.config)

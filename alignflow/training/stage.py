@@ -72,15 +72,13 @@ def _atomic_write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def seed_everything(seed: int, deterministic: bool | None = None) -> str:
-    """Seed python, numpy and torch, and set torch's deterministic kernels as ``deterministic``
-    asks (:func:`~alignflow.training.determinism.use_determinism`); returns the mode in force."""
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-    return use_determinism(deterministic)
 
 
 def stage_seed(config: RunConfig, pipeline_seed: int) -> int:
@@ -88,9 +86,11 @@ def stage_seed(config: RunConfig, pipeline_seed: int) -> int:
 
 
 def begin_stage(config: RunConfig, pipeline_seed: int, output_dir: str | Path) -> tuple[int, Path]:
-    """Seed everything with the stage's seed and create its output folder; every stage starts here."""
+    """Seed everything with the stage's seed, set its deterministic kernels (tagged) and create
+    its output folder; every stage starts here."""
     seed = stage_seed(config, pipeline_seed)
-    tracking.set_tags({DETERMINISM_TAG: seed_everything(seed, config.deterministic)})
+    seed_everything(seed)
+    tracking.set_tags({DETERMINISM_TAG: use_determinism(config.deterministic)})
     retain_freed_memory()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -101,3 +101,20 @@ def test_a_dpo_stage_trains_strictly_deterministic_on_a_cpu_and_repeats_itself_e
         sft_result.model_dir,
     )
     assert stage_tags[DETERMINISM_TAG] == WARN_ONLY
+
+
+def _refused_op(*args, **kwargs):
+    """A toy stage's run that meets an operation without a deterministic kernel."""
+    torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]))
+
+
+def test_a_stage_run_through_the_registry_reports_a_refused_operation_as_an_input_error():
+    from alignflow.training.registry import StageSpec, register_stage, stage_spec, unregister_stage
+
+    register_stage(StageSpec("toy_strict", _refused_op, "alignflow.training.sft_config:SFTConfig"))
+    try:
+        use_determinism(True)
+        with pytest.raises(InputError, match="put_ has no deterministic kernel"):
+            stage_spec("toy_strict").load_runner()(None, "data", "out")
+    finally:
+        unregister_stage("toy_strict")
