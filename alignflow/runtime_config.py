@@ -20,7 +20,9 @@ class TrackingConfig(BaseModel):
 
     uri: str | None = None
     experiment: str | None = Field(None, description="defaults to the project name")
-    artifact_location: str | None = Field(None, description="for new experiments; default ./mlartifacts")
+    artifact_location: str | None = Field(
+        None, description="for new experiments; default: mlruns beside a local SQLite store's database file"
+    )
     tags: dict[str, str] = Field(
         default_factory=dict, description="extra tags on every run and registered version (e.g. agent_id)"
     )

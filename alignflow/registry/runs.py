@@ -9,6 +9,7 @@ that produced it.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
+from sqlalchemy.engine import make_url
 
 from alignflow.registry.tracking import sanitize_name
 
@@ -32,6 +34,7 @@ GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or vers
 STAGE_TAG = "alignflow.stage"
 LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
 UNKNOWN = "unknown"
+ARTIFACT_FOLDER = "mlruns"  # beside a SQLite store, as MLflow names it in the working directory
 
 
 def git_commit(path: str | Path = ".") -> str:
@@ -66,15 +69,30 @@ def lineage_tags(data_version: str | None, config_hash: str | None, repo: str | 
 def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None = None) -> str:
     """The id of experiment ``name``, created (with ``artifact_location``) when missing.
 
-    Passing the artifact location explicitly keeps artifacts out of ``./mlruns`` of
-    whatever directory the process happens to run in.
+    Without one, a local SQLite store's experiment keeps its artifacts in ``mlruns/<name>``
+    beside the database file (:func:`default_artifact_location`), not in ``./mlruns`` of
+    whatever directory the process happens to run in, which is MLflow's own default.
     """
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
+    artifact_location = artifact_location or default_artifact_location(tracking_uri, name)
     location = Path(artifact_location).resolve().as_uri() if _is_local_path(artifact_location) else None
     return client.create_experiment(name, artifact_location=location or artifact_location)
+
+
+def default_artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """``mlruns/<experiment>`` beside a local SQLite database file: a workspace's runs and their
+    artifacts stay together whichever directory a command runs from. None for any other store
+    (a tracking server or a shared database decides where its artifacts go)."""
+    if not tracking_uri.startswith("sqlite:"):
+        return None
+    database = make_url(tracking_uri).database
+    if not database or database == ":memory:":
+        return None
+    folder = re.sub(r"[^\w.-]+", "-", experiment).strip(".-") or "experiment"
+    return str(Path(database).parent / ARTIFACT_FOLDER / folder)
 
 
 def _is_local_path(location: str | None) -> TypeGuard[str]:

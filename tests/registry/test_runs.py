@@ -85,3 +85,24 @@ def test_a_runs_cost_counts_a_cache_hit_at_what_it_cost_the_run_that_did_the_wor
     assert spent == {WALL_SECONDS: 90.0, CPU_SECONDS: 150.0, TOKENS_TRAINED: 7000.0}
     assert reused == ["sft"]
     assert run_cost(uri, first.info.run_id) == (sft_cost, [])
+
+
+def test_artifacts_stay_beside_a_sqlite_store_whatever_folder_the_run_starts_in(tmp_path, monkeypatch):
+    workspace, elsewhere = tmp_path / "workspace", tmp_path / "elsewhere"
+    workspace.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    uri = f"sqlite:///{workspace / 'mlflow.db'}"
+    with runs.pipeline_run(uri, "demo", "pipeline") as parent:
+        mlflow.log_text("kept", "note.txt")
+    experiment = MlflowClient(uri).get_experiment(parent.info.experiment_id)
+    assert experiment.artifact_location == (workspace / "mlruns" / "demo").as_uri()
+    assert list(workspace.glob("mlruns/demo/*/artifacts/note.txt")), "the artifact lies beside the database"
+    assert not list(elsewhere.iterdir()), "nothing written where the process happened to run"
+
+
+def test_default_artifact_location_only_for_a_local_sqlite_file():
+    assert runs.default_artifact_location("sqlite:////srv/ws/mlflow.db", "demo") == "/srv/ws/mlruns/demo"
+    assert runs.default_artifact_location("sqlite:///mlflow.db", "p-reward-eval") == "mlruns/p-reward-eval"
+    assert runs.default_artifact_location("sqlite:///mlflow.db", "../team/x y") == "mlruns/team-x-y"
+    for elsewhere in ("sqlite://", "sqlite:///:memory:", "postgresql://u@db/mlflow", "http://mlflow:5000"):
+        assert runs.default_artifact_location(elsewhere, "demo") is None, elsewhere
