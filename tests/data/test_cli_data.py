@@ -27,7 +27,8 @@ def test_hh_rlhf_reads_every_row_and_names_unsplittable_ones(hh_rlhf_path, tmp_p
     assert f"{hh_rlhf_path}:{unsplittable[0]['row']}" in result.output.replace("\n", "")
 
 
-def test_exit_codes_valid_invalid_unreadable(tmp_path):
+def test_exit_codes_valid_invalid_unreadable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a failed validation writes its report in the working directory
     good = tmp_path / "good.jsonl"
     good.write_text(
         "".join(json.dumps({"prompt": f"q{i}", "chosen": "a", "rejected": "b"}) + "\n" for i in range(20))
@@ -37,6 +38,8 @@ def test_exit_codes_valid_invalid_unreadable(tmp_path):
     assert runner.invoke(app, ["data", "validate", str(good)]).exit_code == 0
     failed = runner.invoke(app, ["data", "validate", str(bad)])
     assert failed.exit_code == 1 and "chosen_equals_rejected" in failed.output
+    report = json.loads((tmp_path / ".alignflow" / "reports" / "validate-report.json").read_text())
+    assert report, "the default report of a failed validation lies in the workspace"
     assert runner.invoke(app, ["data", "validate", str(tmp_path / "missing.jsonl")]).exit_code == 2
     assert runner.invoke(app, ["data", "validate", str(good), "--format", "xml"]).exit_code == 2
     assert runner.invoke(app, ["data", "validate", str(good), "--set", "data.nope=1"]).exit_code == 2

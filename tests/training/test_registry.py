@@ -68,7 +68,10 @@ def test_a_registered_toy_algorithm_is_a_config_section_and_part_of_the_policy_c
         load_config(None, ["toy.max_steps=0"])
 
 
-def test_a_registered_toy_algorithm_runs_from_the_cli(toy_stage, demo_snapshot, tiny_model_dir, tmp_path):
+def test_a_registered_toy_algorithm_runs_from_the_cli(
+    toy_stage, demo_snapshot, tiny_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the command's log goes to the working directory's .alignflow/logs
     result = CliRunner().invoke(
         app,
         ["train", "toy", "--data", str(demo_snapshot), "--output", str(tmp_path / "out"),
@@ -78,11 +81,15 @@ def test_a_registered_toy_algorithm_runs_from_the_cli(toy_stage, demo_snapshot, 
     out = json.loads(result.stdout[result.stdout.index("{") :])
     assert out["stage"] == "toy" and out["metrics"]["global_step"] == 2.0
     assert (tmp_path / "out" / "model" / "model.safetensors").exists()
+    assert list((tmp_path / ".alignflow" / "logs").glob("train-toy-*.log")), "its log lies in the workspace"
     listed = CliRunner().invoke(app, ["train", "--help"]).stdout
     assert all(name in listed for name in ("sft", "reward", "dpo", "grpo", "ppo", "toy"))
 
 
-def test_train_takes_a_data_file_and_snapshots_it_first(tmp_path, demo_records, tiny_model_dir, toy_stage):
+def test_train_takes_a_data_file_and_snapshots_it_first(
+    tmp_path, demo_records, tiny_model_dir, toy_stage, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the command's log goes to the working directory's .alignflow/logs
     source = tmp_path / "pairs.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in demo_records[:120]))
     out = tmp_path / "out"

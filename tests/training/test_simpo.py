@@ -89,7 +89,8 @@ def test_simpo_learns_the_preference_from_its_sft_model(sft_result, demo_snapsho
 
 
 @pytest.mark.slow
-def test_alignflow_train_simpo_trains_and_resumes(demo_snapshot, tiny_model_dir, tmp_path):
+def test_alignflow_train_simpo_trains_and_resumes(demo_snapshot, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # each run's log goes to the working directory's .alignflow/logs
     out = tmp_path / "out"
 
     def train(steps: int) -> dict:
