@@ -384,6 +384,14 @@ def instrument() -> dict[str, list[Any]]:
         def on_train_begin(self, args, state, control, **kwargs):
             self._mark(state)
 
+        def on_step_begin(self, args, state, control, **kwargs):
+            # TRL files a step's tokens under train only while the trainer's own model is in
+            # train mode; under torch_compile a compiled copy trains and the original stays as
+            # the reference pass left it (eval). alignflow's stages keep the two in step
+            # (alignflow.training.compilation.follow_mode); TRL's side gets it here, for its count
+            if not self.trainer.model.training:
+                self.trainer.model.train()
+
         def on_step_end(self, args, state, control, **kwargs):
             self._mark(state)
 

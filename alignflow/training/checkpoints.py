@@ -21,7 +21,12 @@ from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
-from alignflow.training.compilation import compile_layer_by_layer, compiled_modules, require_cpu_compiler
+from alignflow.training.compilation import (
+    compile_layer_by_layer,
+    compiled_modules,
+    follow_mode,
+    require_cpu_compiler,
+)
 from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
@@ -86,6 +91,17 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
         """transformers' Accelerator arguments, with ``torch_compile`` compiling layer by layer
         (:mod:`alignflow.training.compilation`)."""
         return compile_layer_by_layer(super()._build_accelerator_args(**kwargs))
+
+    def training_step(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """A training step, with the trainer's own model in train mode too (a compiled copy's
+        mode does not reach it: :func:`~alignflow.training.compilation.follow_mode`)."""
+        follow_mode(self.model, training=True)
+        return super().training_step(model, *args, **kwargs)
+
+    def prediction_step(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """An evaluation step, with the trainer's own model in eval mode too."""
+        follow_mode(self.model, training=False)
+        return super().prediction_step(model, *args, **kwargs)
 
     def compute_paths(self) -> dict[str, str]:
         """Which of alignflow's faster paths this trainer's run took, as stage-run tags: two runs

@@ -35,6 +35,17 @@ def compile_layer_by_layer(accelerator_args: dict[str, Any]) -> dict[str, Any]:
     return accelerator_args
 
 
+def follow_mode(model: Any, training: bool) -> None:
+    """Put the trainer's own ``model`` in the mode its compiled copy runs in. Regional compilation
+    hands the training loop a shallow copy of the model (new containers around the same weights
+    and compiled layers), so ``model.train()``/``model.eval()`` on that copy never reach the
+    original; TRL reads the original's ``training`` to file a step's metrics and tokens under
+    train or eval, and a full fine-tune (its model left in eval mode by the reference pass)
+    logged every training step as evaluation and counted no tokens trained."""
+    if model.training != training:
+        model.train(training)
+
+
 def compiled_modules(model: Any) -> int:
     """How many modules of ``model`` run compiled (what a run reports, not what it asked for)."""
     return sum(isinstance(m, torch._dynamo.eval_frame.OptimizedModule) for m in model.modules())

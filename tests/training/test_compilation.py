@@ -57,6 +57,9 @@ def test_a_compiled_dpo_stage_trains_every_layer_compiled_and_saves_plain_weight
     )
     result = run_dpo(config, demo_snapshot, tmp_path / "out", model_path=sft_result.model_dir)
     assert result.metrics["global_step"] == 3 and math.isfinite(result.metrics["train_loss"])
+    # the compiled copy trains while the trainer's own model stayed in eval mode after the
+    # reference pass: TRL then filed every step as evaluation and counted no tokens trained
+    assert result.cost["cost/tokens_trained"] > 0 and result.cost["cost/mfu"] > 0, result.cost
     layers = _decoder_layers(result.model_dir)
     # every decoder layer, and the parts outside them compiled whole (embedding, final norm, head)
     assert int(stage_tags["compute.compiled_modules"]) > layers > 1
