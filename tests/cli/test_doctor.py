@@ -2,6 +2,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from alignflow.cli import app
@@ -16,6 +17,13 @@ from alignflow.cli.doctor import (
 from alignflow.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _in_a_workspace_of_its_own(tmp_path, monkeypatch):
+    """doctor checks the working folder's DVC repository and writes there (DVC's ``.dvc/tmp``):
+    each test runs in its own folder, not in the checkout."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_unreachable_services_are_reported_with_a_fix(monkeypatch):

@@ -36,13 +36,18 @@ def sft_command(data_dir: Path, output_dir: Path) -> list[str]:
 
 
 def run_to_end(data_dir: Path, output_dir: Path) -> None:
-    done = subprocess.run(sft_command(data_dir, output_dir), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        sft_command(data_dir, output_dir), capture_output=True, text=True, timeout=600, cwd=output_dir.parent
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def kill_after_checkpoint(data_dir: Path, output_dir: Path, step: int) -> None:
-    proc = subprocess.Popen(
-        sft_command(data_dir, output_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    proc = subprocess.Popen(  # its log goes to the working folder's .alignflow/logs: not the checkout's
+        sft_command(data_dir, output_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=output_dir.parent,
     )
     target = output_dir / "checkpoints" / f"checkpoint-{step}"
     deadline = time.monotonic() + 600
