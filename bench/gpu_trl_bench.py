@@ -366,6 +366,8 @@ def instrument() -> dict[str, list[Any]]:
         return _INSTRUMENTS
     from transformers import Trainer, TrainerCallback
 
+    from alignflow.training.compilation import follow_mode
+
     records = rmt._trainer_records()
     marks: list[list[tuple[float, int, int]]] = []
 
@@ -385,12 +387,10 @@ def instrument() -> dict[str, list[Any]]:
             self._mark(state)
 
         def on_step_begin(self, args, state, control, **kwargs):
-            # TRL files a step's tokens under train only while the trainer's own model is in
-            # train mode; under torch_compile a compiled copy trains and the original stays as
-            # the reference pass left it (eval). alignflow's stages keep the two in step
-            # (alignflow.training.compilation.follow_mode); TRL's side gets it here, for its count
-            if not self.trainer.model.training:
-                self.trainer.model.train()
+            # TRL files a step's tokens under train only while the trainer's own model is in train
+            # mode, which a compiled copy's never reaches: alignflow's stages keep the two in step
+            # themselves, TRL's side gets the same here, for its own count
+            follow_mode(self.trainer.model, training=True)
 
         def on_step_end(self, args, state, control, **kwargs):
             self._mark(state)
