@@ -60,6 +60,9 @@ def test_a_compiled_dpo_stage_trains_every_layer_compiled_and_saves_plain_weight
     # the compiled copy trains while the trainer's own model stayed in eval mode after the
     # reference pass: TRL then filed every step as evaluation and counted no tokens trained
     assert result.cost["cost/tokens_trained"] > 0 and result.cost["cost/mfu"] > 0, result.cost
+    # and back in eval mode for the held-out pass: TRL filed it under train otherwise, losing the
+    # held-out preference figures and counting the held-out pairs' tokens as trained
+    assert "eval/rewards/accuracies" in result.metrics, sorted(result.metrics)
     layers = _decoder_layers(result.model_dir)
     # every decoder layer, and the parts outside them compiled whole (embedding, final norm, head)
     assert int(stage_tags["compute.compiled_modules"]) > layers > 1
