@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.provenance import code_commit
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS = BENCH_DIR / "results"
 
@@ -61,6 +63,7 @@ def main(argv: list[str]) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in names:
         module = importlib.import_module(f"bench.{name}")
+        commit = code_commit()  # before the run: a bench rewrites its own results
         started = time.perf_counter()
         result = module.run()
         short = name.removesuffix("_bench")
@@ -68,9 +71,10 @@ def main(argv: list[str]) -> int:
             print(f"{short}: skipped, {result['skipped']}")
             continue
         result.setdefault("wall_s", round(time.perf_counter() - started, 2))
+        result.setdefault("code_commit", commit)
         (RESULTS / f"{short}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         print(f"{short}: {json.dumps(result)}")
-    print(f"table: {write_table()}")
+    print(f"table: {write_table(RESULTS)}")
     return 0
 
 

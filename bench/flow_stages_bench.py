@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import code_commit
 from bench.training_bench import REPO, RESULTS, cpu_name
 
 CONFIG = os.environ.get("ALIGNFLOW_BENCH_FLOW_CONFIG", "configs/smollm2-math.yaml")
@@ -93,20 +94,20 @@ def measure(config: str = CONFIG, overrides: list[str] | None = None) -> dict[st
     import torch
 
     overrides = EXTRA if overrides is None else overrides
+    commit = code_commit(REPO)
     with tempfile.TemporaryDirectory(prefix="alignflow-flow-stages-") as tmp:
         workspace = Path(tmp)
         started = time.perf_counter()
         summary = run_flow(workspace, REPO / config, overrides)
         command_s = time.perf_counter() - started
         devices = recorded_devices(f"sqlite:///{workspace / 'mlflow.db'}", summary["parent_run_id"])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {
         "machine": machine_kind(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "config": config,
         "overrides": ["model.weights=random", *overrides],
-        "commit": commit.stdout.strip() or "unknown",
+        "commit": commit,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "command_s": round(command_s, 1),
         "flow_wall_s": round(summary["wall_seconds"], 1),

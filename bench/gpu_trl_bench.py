@@ -169,7 +169,10 @@ def environment() -> dict[str, Any]:
 
     import torch
 
+    from bench.provenance import code_commit
+
     info: dict[str, Any] = {
+        "code_commit": code_commit(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -635,6 +638,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         "# DPO and GRPO on a GPU: alignflow vs TRL",
         "",
+        f"Code: {env.get('code_commit', 'not recorded')}.",
         f"GPU: {env.get('gpu', 'none (CPU)')} ({env.get('gpu_memory_gib', '?')} GiB, driver "
         f"{env.get('driver', '?')}); torch {env['torch']} (CUDA {env['cuda']}), transformers "
         f"{env['transformers']}, trl {env['trl']}, peft {env['peft']}, accelerate {env['accelerate']}, "

@@ -495,6 +495,7 @@ def _markdown(r: dict[str, Any]) -> str:
     lines = [
         "# DPO and GRPO on SmolLM2-135M-Instruct: alignflow vs TRL (tuned)",
         "",
+        f"Code: {r.get('code_commit', 'not recorded')}. "
         f"Machine: {r['machine']}, {r['cpu']}; {r['threads']} threads; "
         f"{r['dtype']} GEMM peak {r['peak_gflops']:.0f} GFLOP/s "
         f"({_peak_note(r)}). {r['parameters'] / 1e6:.1f}M parameters; {_dtype_note(r)}. "
@@ -570,9 +571,11 @@ def abba_order(repeat: int) -> list[str]:
 def run(repeats: int = REPEATS) -> dict[str, Any]:
     import torch
 
+    from bench.provenance import code_commit
     from bench.real_model_bench import gemm_peak_gflops
 
     started = time.perf_counter()
+    commit = code_commit()  # the code that runs, before the run rewrites bench/results
     dtype = weights_dtype()
     peaks = {"before": gemm_peak_gflops(dtype)}
     with tempfile.TemporaryDirectory(prefix="alignflow-trl-bench-") as tmp:
@@ -602,6 +605,7 @@ def run(repeats: int = REPEATS) -> dict[str, Any]:
         ratios[f"{stage} peak RSS"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
     result = {
         "name": "real_model_trl",
+        "code_commit": commit,
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "threads": torch.get_num_threads(),
         "parameters": n_params,

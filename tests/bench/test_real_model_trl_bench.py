@@ -42,6 +42,15 @@ def test_a_run_that_trained_in_another_dtype_is_named_in_the_header():
     assert "every run" not in header and "grpo" not in header
 
 
+def test_the_header_names_the_code_that_ran():
+    assert "Code: 1a2b3c4+uncommitted." in _markdown(
+        _result(["bfloat16"]) | {"code_commit": "1a2b3c4+uncommitted"}
+    )
+    assert "Code: not recorded." in _markdown(_result(["bfloat16"])), (
+        "a result kept from before it was recorded"
+    )
+
+
 def test_runs_all_in_the_peak_s_dtype_say_so():
     header = _markdown(_result(["bfloat16"] * 3)).splitlines()[2]
     assert "bfloat16 weights + LoRA r16 on every linear layer, both sides, every run" in header
