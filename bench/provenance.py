@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from alignflow.code_version import UNKNOWN, git_commit
+
 REPO = Path(__file__).resolve().parents[1]
 # where tools/gpu_prepare.py leaves the commit in its payload (carried whole as ".gpu") for the
 # GPU machine's copy of the tree, which has no .git
@@ -18,6 +20,7 @@ STAMP = Path(".gpu") / "code_commit"
 # what a result depends on; bench/results/ is what a bench run itself rewrites
 CODE_PATHS = ("alignflow", "bench", "configs", "tools", "pyproject.toml", "requirements", ":!bench/results")
 UNCOMMITTED = "+uncommitted"
+SHORT = 7  # git's own short form
 
 
 def code_commit(repo: str | Path = REPO) -> str:
@@ -25,14 +28,12 @@ def code_commit(repo: str | Path = REPO) -> str:
     changed or new); a copy without git: the commit stamped in its GPU payload (``stamped
     <sha>``); else ``unknown``."""
     repo = Path(repo)
-    head = _git(repo, "rev-parse", "--short", "HEAD")
-    if head:
-        changed = _git(repo, "status", "--porcelain", "--", *CODE_PATHS)
-        return head + (UNCOMMITTED if changed else "")
+    head = git_commit(repo)
+    if head != UNKNOWN:
+        return head[:SHORT] + (UNCOMMITTED if _code_changed(repo) else "")
     stamp = repo / STAMP
-    if stamp.is_file() and stamp.read_text(encoding="utf-8").strip():
-        return f"stamped {stamp.read_text(encoding='utf-8').strip()}"
-    return "unknown"
+    stamped = stamp.read_text(encoding="utf-8").strip() if stamp.is_file() else ""
+    return f"stamped {stamped}" if stamped else UNKNOWN
 
 
 def write_stamp(repo: str | Path = REPO) -> str:
@@ -44,10 +45,13 @@ def write_stamp(repo: str | Path = REPO) -> str:
     return commit
 
 
-def _git(repo: Path, *args: str) -> str:
-    """A git command's output in ``repo``; empty where git or the repository is missing."""
-    try:
-        done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
-    except OSError:
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
+def _code_changed(repo: Path) -> bool:
+    """Whether a tracked file under :data:`CODE_PATHS` differs from the commit, or a new one is there."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--", *CODE_PATHS],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(done.stdout.strip())

@@ -10,7 +10,6 @@ that produced it.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from sqlalchemy.engine import make_url
 
+from alignflow.code_version import UNKNOWN, git_commit
 from alignflow.registry.tracking import sanitize_name
 
 DATA_VERSION_TAG = "data.version"
@@ -33,28 +33,7 @@ CONFIG_HASH_TAG = "config.hash"
 GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or version was judged on
 STAGE_TAG = "alignflow.stage"
 LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
-UNKNOWN = "unknown"
 ARTIFACT_FOLDER = "mlruns"  # beside a SQLite store, as MLflow names it in the working directory
-
-
-def git_commit(path: str | Path = ".") -> str:
-    """The commit checked out in the repository containing ``path``, or ``"unknown"``.
-
-    A run started outside a git checkout (an installed wheel, a container) must still be
-    taggable, so every failure collapses to ``"unknown"`` instead of raising.
-    """
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return UNKNOWN
-    commit = result.stdout.strip()
-    return commit if result.returncode == 0 and commit else UNKNOWN
 
 
 def lineage_tags(data_version: str | None, config_hash: str | None, repo: str | Path = ".") -> dict[str, str]:
