@@ -25,12 +25,21 @@ from alignflow.evaluation.intervals import (
     disagreement,
     paired_bootstrap_difference,
     paired_bootstrap_ratio,
+    paired_difference,
     put_estimate,
     wilson_of,
 )
 from alignflow.evaluation.judges import Judge, Scorer
 from alignflow.evaluation.metric_names import (
+    DECODING_DO_SAMPLE,
+    DECODING_MAX_NEW_TOKENS,
+    DECODING_REPETITION_PENALTY,
+    DECODING_TEMPERATURE,
+    DISTINCT_2,
     GOLDEN,
+    LOOP_RATE,
+    REFERENCE_DISTINCT_2,
+    REPEATED_4GRAM_SHARE,
     REWARD_DISAGREEMENT_VS_CHAMPION,
     REWARD_SLICES_JUDGED,
     RL_START,
@@ -44,11 +53,14 @@ from alignflow.evaluation.metric_names import (
     win_rate_key,
 )
 from alignflow.evaluation.metrics import completion_lengths, score_pairs
+from alignflow.evaluation.repetition import Repetition, loops
 from alignflow.evaluation.report import EvalReport
 from alignflow.evaluation.slices import SliceChange, group_items, slice_changes
 
 # slices kept in the report (worst first): enough to see the broken ones and the next few
 REPORTED_SLICES = 10
+# the models whose pinned completions a sample row holds
+MODELS_JUDGED = ("policy", "reference", RL_START, "champion")
 
 
 def _answer_scores(
@@ -57,12 +69,21 @@ def _answer_scores(
     return [None if a is None else score(c, a) for c, a in zip(completions, answers, strict=True)]
 
 
-# per opponent: its task accuracy, ours minus its, our length over its
+# per opponent: its task accuracy, ours minus its, our length over its, its loop share, ours minus its
 _FIGURES_AGAINST = {
-    "reference": ("reference_task_accuracy", "task_accuracy_gain", "length_growth_ratio"),
-    RL_START: ("rl_start_task_accuracy", "rl_gain", "length_growth_vs_rl_start"),
-    "champion": ("champion_task_accuracy", "task_accuracy_vs_champion", "length_growth_vs_champion"),
-}
+    "reference": (
+        "reference_task_accuracy", "task_accuracy_gain", "length_growth_ratio",
+        "reference_loop_rate", "loop_rate_vs_reference",
+    ),
+    RL_START: (
+        "rl_start_task_accuracy", "rl_gain", "length_growth_vs_rl_start",
+        "rl_start_loop_rate", "loop_rate_vs_rl_start",
+    ),
+    "champion": (
+        "champion_task_accuracy", "task_accuracy_vs_champion", "length_growth_vs_champion",
+        "champion_loop_rate", "loop_rate_vs_champion",
+    ),
+}  # fmt: skip
 
 
 def rl_start_as_reference(
@@ -154,6 +175,10 @@ def judge_policy_completions(
     metrics: dict[str, float | None] = {golden_key("answers"): float(sum(a is not None for a in answers))}
     ours, lengths = _answer_scores(policy, answers, score), _lengths(policy, tokenizer)
     put_estimate(metrics, golden_key("task_accuracy"), wilson_of(ours))
+    repetition = Repetition.of(policy)
+    put_estimate(metrics, LOOP_RATE, wilson_of(repetition.looping))
+    put_estimate(metrics, REPEATED_4GRAM_SHARE, bootstrap_mean(repetition.repeated_share, seed=seed))
+    metrics[DISTINCT_2] = repetition.distinct_2
     metadata = [
         {**(m or {}), "answer": a} for m, a in zip(metadata or [{}] * len(answers), answers, strict=True)
     ]
@@ -167,8 +192,15 @@ def judge_policy_completions(
     verdicts: dict[str, list[float | None]] = {}
     agreement: dict[str, list[float]] = {name: [] for name in judges or {}}
     for against, theirs in opponents.items():
-        accuracy, gain, growth = _FIGURES_AGAINST[against]
+        accuracy, gain, growth, loop_rate, loop_change = _FIGURES_AGAINST[against]
         their_scores = _answer_scores(theirs, answers, score)
+        their_repetition = Repetition.of(theirs)
+        put_estimate(metrics, golden_key(loop_rate), wilson_of(their_repetition.looping))
+        put_estimate(
+            metrics, golden_key(loop_change), paired_difference(repetition.looping, their_repetition.looping)
+        )
+        if against == "reference":
+            metrics[REFERENCE_DISTINCT_2] = their_repetition.distinct_2
         if against == "champion":
             changes = policy_slices(
                 prompts, metadata, policy, theirs, ours, their_scores, slice_fields, min_slice_items
@@ -202,6 +234,7 @@ def judge_policy_completions(
         row |= {RL_START: opponents[RL_START][i]} if RL_START in opponents else {}
         row |= {"champion": champion[i]} if champion is not None else {}
         row |= {"answer": answers[i]} if answers[i] is not None else {}
+        row |= {f"loops/{model}": loops(row[model]) for model in MODELS_JUDGED if model in row}
         row |= {f"verdict/{k}": v[i] for k, v in verdicts.items()}
         samples.append(row)
     return EvalReport(metrics=metrics, samples=samples, info=info)
@@ -301,7 +334,7 @@ def judge_on_golden(
     start = theirs if rl_start is reference else None
     if rl_start is not None and start is None:
         start = generate(rl_start, tokenizer, prompts)
-    return judge_policy_completions(
+    report = judge_policy_completions(
         prompts,
         answers,
         ours,
@@ -315,3 +348,17 @@ def judge_on_golden(
         min_slice_items=config.min_slice_items,
         rl_start=start,
     )
+    report.metrics |= decoding_metrics(config)
+    return report
+
+
+def decoding_metrics(config: EvaluationConfig) -> dict[str, float | None]:
+    """The settings every pinned completion was decoded with, kept beside the figures they
+    produced (a loop share under greedy decoding is not one under sampling). No repetition
+    penalty is applied: the figures show the model's own habit."""
+    return {
+        DECODING_MAX_NEW_TOKENS: float(config.max_new_tokens),
+        DECODING_DO_SAMPLE: float(config.do_sample),
+        DECODING_TEMPERATURE: float(config.temperature) if config.do_sample else None,
+        DECODING_REPETITION_PENALTY: 1.0,
+    }

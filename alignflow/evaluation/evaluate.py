@@ -31,6 +31,7 @@ from alignflow.evaluation.metrics import (
     score_pairs,
 )
 from alignflow.evaluation.policy_reward import RewardStats
+from alignflow.evaluation.repetition import loop_rate
 from alignflow.evaluation.report import EvalReport
 from alignflow.models.prompting import generate, text_key
 
@@ -184,6 +185,8 @@ def evaluate_policy_completions(
     metrics[names.LENGTH_MEAN] = mean(lengths)
     metrics[names.REFERENCE_LENGTH_MEAN] = mean(reference_lengths)
     metrics[names.LENGTH_GROWTH_RATIO_EVAL] = length_growth_ratio(lengths, reference_lengths)
+    metrics[names.LOOP_RATE_EVAL] = loop_rate(policy)
+    metrics[names.REFERENCE_LOOP_RATE_EVAL] = loop_rate(reference)
     accuracy = answer_accuracy(policy, metadata)
     reference_accuracy = answer_accuracy(reference, metadata)
     metrics[names.TASK_ACCURACY_EVAL] = accuracy

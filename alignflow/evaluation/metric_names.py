@@ -78,6 +78,9 @@ REFERENCE_TASK_ACCURACY_EVAL = eval_key("reference_task_accuracy")
 TASK_ACCURACY_GAIN_EVAL = eval_key("task_accuracy_gain")
 CHAMPION_TASK_ACCURACY_EVAL = eval_key("champion_task_accuracy")
 KL_TO_REFERENCE = eval_key("kl_to_reference")
+# share of completions that loop (evaluation.repetition), the policy's and its reference's
+LOOP_RATE_EVAL = eval_key("loop_rate")
+REFERENCE_LOOP_RATE_EVAL = eval_key("reference_loop_rate")
 POLICY_REWARD_MEAN = eval_key("policy_reward_mean")
 POLICY_REWARD_STD = eval_key("policy_reward_std")
 POLICY_REWARD_N = eval_key("policy_reward_n")
@@ -117,6 +120,21 @@ LENGTH_GROWTH_VS_RL_START = golden_key("length_growth_vs_rl_start")
 # figures above are then the reference's, recorded under these names and not computed twice
 RL_START_IS_REFERENCE = golden_key("rl_start_is_reference")
 REWARD_SLICES_JUDGED = golden_key("reward_slices_judged")
+# degeneration (evaluation.repetition): the share of pinned completions that loop, each
+# opponent's share (``<opponent>_loop_rate``) and ours minus theirs on the same prompts
+# (``loop_rate_vs_<opponent>``); the share of repeated word 4-grams; distinct word bigrams
+LOOP_RATE = golden_key("loop_rate")
+REFERENCE_LOOP_RATE = golden_key("reference_loop_rate")
+LOOP_RATE_VS_REFERENCE = golden_key("loop_rate_vs_reference")
+REPEATED_4GRAM_SHARE = golden_key("repeated_4gram_share")
+DISTINCT_2 = golden_key("distinct_2")
+REFERENCE_DISTINCT_2 = golden_key("reference_distinct_2")
+# the pinned-set decoding settings the figures were measured with (numbers, so they sit with them)
+DECODING = "decoding"
+DECODING_MAX_NEW_TOKENS = golden_key(f"{DECODING}/max_new_tokens")
+DECODING_DO_SAMPLE = golden_key(f"{DECODING}/do_sample")
+DECODING_TEMPERATURE = golden_key(f"{DECODING}/temperature")
+DECODING_REPETITION_PENALTY = golden_key(f"{DECODING}/repetition_penalty")
 
 # ---- live feedback and the gates
 HUMAN_SCORE_GAIN = f"{HUMAN}/score_gain_vs_champion"  # live ratings: challenger mean - champion mean

@@ -32,6 +32,8 @@ _HEADLINE = {
         names.REWARD_ACCURACY,
         names.TASK_ACCURACY_EVAL,
         names.KL_TO_REFERENCE,
+        names.LOOP_RATE,
+        names.REFERENCE_LOOP_RATE,
     ),
     "reward": (
         names.REWARD_STAGE_ACCURACY,

@@ -25,18 +25,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from alignflow.evaluation.intervals import BOUND_SUFFIXES, items_to_tell
+from alignflow.evaluation.intervals import BOUND_SUFFIXES, Estimate, items_to_tell, read_estimate
 from alignflow.evaluation.judge_registry import OWN_REWARD_JUDGE, outside_judges
 from alignflow.evaluation.metric_names import (
     ANSWERS,
     CALIBRATION_ERROR,
+    DECODING_DO_SAMPLE,
+    DECODING_MAX_NEW_TOKENS,
+    DECODING_REPETITION_PENALTY,
+    DECODING_TEMPERATURE,
+    DISTINCT_2,
     GOLDEN,
     HUMAN_SCORE_GAIN,
     INDEPENDENT_JUDGES,
     KL_TO_REFERENCE,
     LENGTH_GROWTH_RATIO,
     LENGTH_GROWTH_VS_CHAMPION,
+    LOOP_RATE,
+    LOOP_RATE_VS_REFERENCE,
     RANDOM_WEIGHTS,
+    REFERENCE_DISTINCT_2,
+    REFERENCE_LOOP_RATE,
     REWARD_ACCURACY,
     REWARD_ACCURACY_VS_CHAMPION,
     REWARD_DISAGREEMENT_VS_CHAMPION,
@@ -64,6 +73,7 @@ SLICE_GATE = "slice_regression"
 RL_GAIN_GATE = "rl_gain"
 RELEASE_GATE = "released_with_policy"
 TRAINED_WEIGHTS_GATE = "trained_weights"
+DEGENERATION_GATE = "loop_rate_vs_reference"
 
 Op = Literal[">=", "<=", ">"]
 Bound = Literal["low", "high", "value"]
@@ -312,6 +322,11 @@ def _length(ctx: GateContext) -> list[Gate]:
     return gates
 
 
+def _degeneration(ctx: GateContext) -> list[Gate]:
+    """The policy loops no more than its reference, beyond ``max_loop_rate_increase``."""
+    return gate(DEGENERATION_GATE, LOOP_RATE_VS_REFERENCE, "<=", ctx.config.max_loop_rate_increase, "high")
+
+
 def _kl(ctx: GateContext) -> list[Gate]:
     return gate("kl", KL_TO_REFERENCE, "<=", ctx.config.max_kl)
 
@@ -348,6 +363,7 @@ register_gate(GateSpec("task_accuracy", "policy", _task_accuracy))
 register_gate(GateSpec(RL_GAIN_GATE, "policy", _rl_gain))
 register_gate(GateSpec("judge_win_rates", "policy", _judge_win_rates))
 register_gate(GateSpec("length", "policy", _length))
+register_gate(GateSpec(DEGENERATION_GATE, "policy", _degeneration))
 register_gate(GateSpec("kl", "policy", _kl))
 register_gate(GateSpec("reward_accuracy", "reward", _reward_accuracy))
 register_gate(GateSpec("reward_calibration", "reward", _reward_calibration))
@@ -365,6 +381,39 @@ def rl_gain_details(metrics: Mapping[str, float], judges: Sequence[str]) -> dict
     return {RL_GAIN_GATE: said} | {
         f"{j}_{RL_GAIN_GATE}": f"{said}; win rate by {j}, 0.5 = a tie" for j in judges
     }
+
+
+def loop_details(metrics: Mapping[str, float]) -> dict[str, str]:
+    """What the degeneration gate compared, in words: both loop shares and how they were decoded."""
+    ours, theirs = read_estimate(metrics, LOOP_RATE), read_estimate(metrics, REFERENCE_LOOP_RATE)
+    if ours is None or theirs is None or not ours.n:
+        return {}
+    said = f"loops in {_share(ours)} of {ours.n} pinned completions, the reference in {_share(theirs)}"
+    distinct, reference_distinct = (
+        metric_number(metrics, DISTINCT_2),
+        metric_number(metrics, REFERENCE_DISTINCT_2),
+    )
+    if distinct is not None and reference_distinct is not None:
+        said += f"; distinct word bigrams {distinct:.3f} vs the reference's {reference_distinct:.3f}"
+    return {DEGENERATION_GATE: f"{said}; {decoding_said(metrics)}"}
+
+
+def _share(estimate: Estimate) -> str:
+    assert estimate.value is not None and estimate.low is not None and estimate.high is not None
+    return f"{estimate.value:.1%} [{estimate.low:.1%}, {estimate.high:.1%}]"
+
+
+def decoding_said(metrics: Mapping[str, float]) -> str:
+    """The pinned-set decoding settings the evaluation recorded, in words."""
+    budget = metric_number(metrics, DECODING_MAX_NEW_TOKENS)
+    if budget is None:
+        return "decoding settings not recorded"
+    sampled = metric_number(metrics, DECODING_DO_SAMPLE)
+    temperature = metric_number(metrics, DECODING_TEMPERATURE)
+    how = f"sampled at temperature {temperature:g}" if sampled and temperature else "greedy"
+    penalty = metric_number(metrics, DECODING_REPETITION_PENALTY)
+    penalised = "no repetition penalty" if penalty in (None, 1.0) else f"repetition penalty {penalty:g}"
+    return f"decoded {how}, at most {int(budget)} new tokens, {penalised}"
 
 
 def gates_for(
@@ -534,7 +583,12 @@ def decide(
     has_answers = (metric_number(metrics, ANSWERS) or 0) > 0
     judged = {**metrics, INDEPENDENT_JUDGES: float(len(judges) + int(has_answers))}
     gates = gates_for(config, role, has_champion, judges, has_answers, human, _slices_judged(metrics, role))
-    details = {**power_details(metrics, config), **rl_gain_details(metrics, judges), **(details or {})}
+    details = {
+        **power_details(metrics, config),
+        **rl_gain_details(metrics, judges),
+        **loop_details(metrics),
+        **(details or {}),
+    }
     results = [
         replace(r, detail=details.get(r.name, r.detail))
         for r in check_gates(judged, gates, config.min_judged_rows)

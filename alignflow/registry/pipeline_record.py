@@ -26,6 +26,8 @@ from alignflow.evaluation.metric_names import (
     GOLDEN,
     KL_TO_REFERENCE,
     LENGTH_GROWTH_RATIO,
+    LOOP_RATE,
+    REFERENCE_LOOP_RATE,
     REWARD_ACCURACY,
     RL_GAIN,
     TASK_ACCURACY,
@@ -42,8 +44,17 @@ REUSED_PIPELINE_TAG = "alignflow.reused_pipeline_run"  # ... and the pipeline ru
 PARENT_RUN_TAG = "mlflow.parentRunId"
 SHORT_VERSION = 7  # characters of the DVC md5 in a run name, as git shortens commits
 DATASET_CONTEXT = "training"
-# pinned-set figures (the interval and n beside each come along) and the KL, for the parent
-HEADLINE = (TASK_ACCURACY, RL_GAIN, LENGTH_GROWTH_RATIO, REWARD_ACCURACY, KL_TO_REFERENCE)
+# pinned-set figures (the interval and n beside each come along), the KL and how often the
+# policy and its reference loop, for the parent
+HEADLINE = (
+    TASK_ACCURACY,
+    RL_GAIN,
+    LENGTH_GROWTH_RATIO,
+    REWARD_ACCURACY,
+    KL_TO_REFERENCE,
+    LOOP_RATE,
+    REFERENCE_LOOP_RATE,
+)
 
 
 def run_name(project: str, algorithm: str, data_version: str | None = None) -> str:

@@ -27,7 +27,7 @@ def _verdict(value: Any, against: str) -> str:
 
 def completions_table(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Each evaluated prompt's completions of policy, reference and champion side by side,
-    whether each gives the reference answer, and every judge's verdict: the columns
+    whether each gives the reference answer and whether it loops, and every judge's verdict: the columns
     ``mlflow.log_table`` takes (one row per pinned prompt, sortable in the UI)."""
     from alignflow.data.answers import task_accuracy
 
@@ -40,6 +40,8 @@ def completions_table(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
                 row[model] = sample[model]
                 if answer is not None:
                     row[f"{model}_correct"] = bool(task_accuracy(sample[model], answer))
+                if f"loops/{model}" in sample:
+                    row[f"{model}_loops"] = bool(sample[f"loops/{model}"])
         for key, value in sample.items():
             if key.startswith("verdict/"):
                 judge, _, against = key.removeprefix("verdict/").rpartition("_vs_")

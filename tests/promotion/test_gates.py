@@ -43,6 +43,7 @@ FIRST_POLICY = golden(
     task_accuracy_gain=estimate(0.6, 0.5, 0.7),
     champion_reward__win_rate_vs_reference=estimate(0.8, 0.7, 0.9),
     length_growth_ratio=estimate(1.2, 1.1, 1.3),
+    loop_rate_vs_reference=estimate(0.0, -0.03, 0.03),
 )
 GOOD_CHALLENGER = FIRST_POLICY | golden(
     task_accuracy_vs_champion=estimate(0.05, 0.0, 0.1),
@@ -180,6 +181,7 @@ def test_first_policy_is_judged_against_its_reference():
         "champion_reward_beats_reference",
         "llm_beats_reference",
         "length_growth",
+        "loop_rate_vs_reference",
     ]
     beats = gate("llm_beats_reference", role="policy", has_champion=False, judges=["llm"])
     assert (beats.metric, beats.op, beats.threshold, beats.bound) == (
@@ -199,6 +201,7 @@ def test_a_challenger_is_also_judged_against_the_champion():
         "champion_reward_win_rate_vs_champion",
         "length_growth",
         "length_growth_vs_champion",
+        "loop_rate_vs_reference",
         "slice_regression",
     ]
     slices = result(gates, "slice_regression")
@@ -456,6 +459,55 @@ def test_completions_padded_with_filler_fail_the_length_gate_against_the_champio
     # the formatted-answer reward model cannot tell the padding apart: only the length gate sees it
     assert "champion_reward_win_rate_vs_champion" not in failed
     assert result(decision.results, "length_growth_vs_champion").high > 5
+
+
+def test_completions_that_loop_fail_the_degeneration_gate_though_the_reward_model_likes_them(pinned):
+    _, answers = pinned
+    looping = [" ".join([format_answer(n)] * 3) for n in answers]
+    metrics = judged_metrics(pinned, looping)
+    assert metrics["golden/loop_rate"] == 1.0 and metrics["golden/reference_loop_rate"] == 0.0
+    assert metrics["golden/champion_loop_rate"] == 0.0
+    assert metrics["golden/loop_rate_vs_reference/low"] > 0.8
+    # the formatted-answer reward model and the answers find it as good as the champion
+    assert metrics["golden/champion_reward/win_rate_vs_champion"] == 0.5
+    assert metrics["golden/task_accuracy"] == 1.0
+    decision = decide_on(metrics)
+    assert "loop_rate_vs_reference" in names(decision.failed)
+    assert not {"task_accuracy_vs_champion", "champion_reward_win_rate_vs_champion"} & set(
+        names(decision.failed)
+    )
+    detail = result(decision.results, "loop_rate_vs_reference").detail
+    assert "loops in 100.0%" in detail and "the reference in 0.0%" in detail
+    assert "decoding settings not recorded" in detail  # judged from completions alone
+
+
+def test_a_policy_that_loops_no_more_than_its_reference_passes_the_degeneration_gate(pinned):
+    prompts, answers = pinned
+    loop = "I think I think I think I think"
+    # half the prompts loop, the same half on both sides: the policy loops no more than it did
+    policy = [loop if i % 2 else format_answer(n) for i, n in enumerate(answers)]
+    reference = [loop if i % 2 else f"I think {n}" for i, n in enumerate(answers)]
+    report = judge_policy_completions(prompts, answers, policy=policy, reference=reference)
+    metrics = report.gate_metrics()
+    assert metrics["golden/loop_rate"] == metrics["golden/reference_loop_rate"] == 0.5
+    [loop_gate] = [g for g in gates_for(CONFIG, "policy", False) if g.name == "loop_rate_vs_reference"]
+    [judged] = check_gates(metrics, [loop_gate], CONFIG.min_judged_rows)
+    assert judged.passed and judged.value == 0.0
+    # looping on every prompt, where the reference looped on half: clearly worse
+    worse = judge_policy_completions(prompts, answers, policy=[loop] * len(answers), reference=reference)
+    [judged] = check_gates(worse.gate_metrics(), [loop_gate], CONFIG.min_judged_rows)
+    assert not judged.passed and judged.low > 0.3
+    # each pinned row says whether each side looped
+    assert [row["loops/policy"] for row in report.samples[:2]] == [False, True]
+    assert [row["loops/reference"] for row in report.samples[:2]] == [False, True]
+
+
+def test_the_degeneration_gate_can_be_switched_off():
+    names_on = [g.name for g in gates_for(CONFIG, "policy", False)]
+    off = CONFIG.model_copy(update={"max_loop_rate_increase": None})
+    assert "loop_rate_vs_reference" in names_on
+    assert "loop_rate_vs_reference" not in [g.name for g in gates_for(off, "policy", False)]
+    assert "loop_rate_vs_reference" not in [g.name for g in gates_for(CONFIG, "reward", False)]
 
 
 def test_completions_with_wrong_answers_fail_task_accuracy_against_the_champion(pinned):

@@ -22,6 +22,7 @@ FIRST_POLICY = pinned_metrics(
     task_accuracy_gain=(0.9, 0.85, 0.95, 120),
     champion_reward__win_rate_vs_reference=(0.95, 0.9, 0.98, 120),
     length_growth_ratio=(1.4, 1.35, 1.45, 120),
+    loop_rate_vs_reference=(0.0, -0.03, 0.03, 120),
 )
 # the same, also compared with a champion it matches
 MATCHES_CHAMPION = FIRST_POLICY | pinned_metrics(

@@ -75,7 +75,7 @@ def test_first_model_becomes_champion_only_when_its_bound_beats_the_reference(re
     when = datetime.fromisoformat(promoted.tags[promotion.PROMOTED_AT_TAG])
     assert when.tzinfo is not None and abs(datetime.now(UTC) - when) < timedelta(minutes=5), "ISO 8601, UTC"
     datetime.fromisoformat(promoted.tags[promotion.DECIDED_AT_TAG])
-    first = "**Promoted to champion: all 4 gates passed, the first champion.**"
+    first = "**Promoted to champion: all 5 gates passed, the first champion.**"
     assert promoted.description.startswith(first)
 
 
@@ -86,12 +86,14 @@ def test_too_few_judged_rows_never_promote(registry):
         answers=14,
         task_accuracy_gain=(0.57, 0.31, 0.79, 14),
         length_growth_ratio=(1.4, 1.35, 1.45, 14),
+        loop_rate_vs_reference=(0.0, -0.2, 0.2, 14),
     )
     decision = promotion.promote(uri, logged.name, logged.version, few, PromotionConfig(), "policy")
     assert not decision.promoted
     assert {r.name: r.outcome for r in decision.failed} == {
         "task_accuracy_gain": gates.INSUFFICIENT_EVIDENCE,
         "length_growth": gates.INSUFFICIENT_EVIDENCE,
+        "loop_rate_vs_reference": gates.INSUFFICIENT_EVIDENCE,
     }
     assert models.alias_version(uri, logged.name, models.CHAMPION) is None
 

@@ -63,3 +63,41 @@ def test_grpo_raises_verifiable_reward(sft_result, demo_snapshot, demo_config, t
     config = demo_config("grpo.save_steps=1000", "grpo.num_generations=8", "grpo.max_steps=60")
     result = run_grpo(config, demo_snapshot, tmp_path, model_path=sft_result.model_dir)
     assert result.metrics["eval/reward"] > result.metrics["eval/before_reward"], result.metrics
+
+
+def test_a_policy_trained_to_loop_is_refused_by_the_degeneration_gate(
+    sft_result, demo_snapshot, demo_config, tmp_path
+):
+    """SFT on answers said over and over: the answers stay right, so only the loop figure sees it."""
+    from alignflow.data.snapshot import load_split, write_split
+    from alignflow.evaluation.config import EvaluationConfig
+    from alignflow.evaluation.evaluate import evaluate_on_golden
+    from alignflow.models import load_causal_lm
+    from alignflow.promotion.gates import DEGENERATION_GATE, decide
+    from alignflow.promotion.promotion_config import PromotionConfig
+    from alignflow.training.sft import run_sft
+
+    looping_data = tmp_path / "looping-data"
+    for split in ("train", "eval"):
+        rows = load_split(demo_snapshot, split)
+        write_split(looping_data, split, [dict(r, chosen=" ".join([r["chosen"]] * 4)) for r in rows])
+    config = demo_config("sft.max_steps=120", "sft.learning_rate=0.003", "sft.save_steps=1000")
+    looper = run_sft(config, looping_data, tmp_path / "looper", model_path=sft_result.model_dir)
+
+    reference, _ = load_causal_lm(sft_result.model_dir)
+    pinned = load_split(demo_snapshot, "eval")
+    settings = EvaluationConfig(max_prompts=60, kl_samples=0)
+
+    def loop_gate(policy_dir):
+        policy = load_causal_lm(policy_dir)
+        metrics = evaluate_on_golden(pinned, policy, reference, None, config=settings).gate_metrics()
+        decision = decide("p", "1", metrics, PromotionConfig(), "policy", champion=None)
+        return metrics, next(r for r in decision.results if r.name == DEGENERATION_GATE)
+
+    metrics, refused = loop_gate(looper.model_dir)
+    assert metrics["golden/loop_rate"] > 0.8 and metrics["golden/reference_loop_rate"] < 0.1, metrics
+    assert not refused.passed and refused.low > 0.5
+    assert "greedy, at most 16 new tokens" in refused.detail
+    assert metrics["golden/task_accuracy"] >= metrics["golden/reference_task_accuracy"] - 0.1
+    _, same = loop_gate(sft_result.model_dir)  # the start against itself: no more loops than it had
+    assert same.passed and same.value == 0.0
