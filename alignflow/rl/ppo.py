@@ -36,6 +36,7 @@ from alignflow.losses import CustomLoss, KLDivergenceLoss, PPOLoss
 from alignflow.losses.functional import entropy_from_logits, logprobs_from_logits, masked_mean, whiten
 from alignflow.models.positions import prompt_token_budget
 from alignflow.models.prompting import left_padded_batch
+from alignflow.rl.checkpoint_files import move_into_place, staging_folder
 from alignflow.rl.environments import Observation, RLEnvironment, TextGenerationEnv
 from alignflow.rl.forward_backward import (
     capture_rng_state,
@@ -243,6 +244,16 @@ def _auto_device(requested: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _eval_scoped(key: str) -> str:
+    return key if key.startswith("eval/") else f"eval/{key}"
+
+
+def optimizer_steps_per_iteration(cfg: PPOConfig) -> int:
+    """Optimiser steps one iteration takes: every epoch's minibatches, over gradient accumulation."""
+    micro = cfg.num_epochs * math.ceil(cfg.batch_size / cfg.mini_batch_size)
+    return math.ceil(micro / cfg.gradient_accumulation_steps)
+
+
 def kl_penalty_terms(loss_fn: Any) -> list[KLDivergenceLoss]:
     """The KL penalties inside a custom loss (itself, or components of a composite)."""
     if not isinstance(loss_fn, nn.Module):
@@ -286,8 +297,8 @@ class PPOTrainer:
         base = self.model.base_model
         self.ref_model = reference_model if reference_model is not None else copy.deepcopy(base)
         self.ref_model.to(self.device).eval().requires_grad_(False)
-        self.optimizer = optimizer or torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
-        self.scheduler = scheduler
+        self.optimizer = optimizer or self._default_optimizer()
+        self.scheduler = scheduler if scheduler is not None else self._default_scheduler()
         self.reward_fn = reward_fn
         self.on_iteration = on_iteration
         self.kl_ctl = (
@@ -307,6 +318,28 @@ class PPOTrainer:
         self._order: list[int] = []
         self._named_default_dir = False  # the default checkpoint folder is logged once
         torch.manual_seed(config.seed)
+
+    def _default_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW on the parameters that train (a LoRA run's adapters and the value head)."""
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(
+            trainable, lr=self.config.learning_rate, weight_decay=self.config.weight_decay
+        )
+
+    def _default_scheduler(self) -> Any:
+        """``config.lr_scheduler_type`` over every optimiser step of the run; None without one."""
+        cfg = self.config
+        if cfg.lr_scheduler_type is None:
+            return None
+        from transformers import get_scheduler
+
+        total = cfg.num_iterations * optimizer_steps_per_iteration(cfg)
+        return get_scheduler(
+            cfg.lr_scheduler_type,
+            self.optimizer,
+            num_warmup_steps=math.ceil(cfg.warmup_ratio * total),
+            num_training_steps=total,
+        )
 
     # ---- experience ---------------------------------------------------------------------
     def _next_indices(self, n_prompts: int) -> list[int]:
@@ -578,8 +611,12 @@ class PPOTrainer:
         prompt_metadata: Sequence[Mapping[str, Any]] | None = None,
         resume_from: str | Path | None = None,
         eval_prompts: Sequence[str] | None = None,
+        evaluate: Callable[[], Mapping[str, float]] | None = None,
     ):
         """Run PPO until ``num_iterations`` (total, counting resumed ones) have been done.
+
+        This is the one PPO iteration loop: the pipeline's stage runs it too, adding its
+        tracking through ``on_iteration`` and its own held-out measure through ``evaluate``.
 
         ``train(prompts, reward_fn)`` returns the per-iteration metrics;
         ``train(env, loss_fn=...)`` returns the trained :class:`PPOModel` (as the spec's
@@ -591,7 +628,10 @@ class PPOTrainer:
 
         With ``config.eval_every``, greedy responses to ``eval_prompts`` (by default a held-out
         ``eval_fraction`` of the prompts; for an environment, fresh episodes) are scored every
-        that many iterations, as ``eval/reward_mean`` in the history and to ``on_iteration``.
+        that many iterations, as ``eval/reward_mean`` in the history and to ``on_iteration``;
+        ``evaluate()`` replaces that measure (its figures go in under ``eval/``, and no prompt is
+        held out for it). With ``config.save_every``, ``checkpoint-N`` is written every that many
+        iterations and after the last one, each renamed into place only once complete.
         """
         cfg = self.config
         total = num_iterations or cfg.num_iterations
@@ -605,7 +645,7 @@ class PPOTrainer:
             if reward_fn is None:
                 raise ValueError("train(prompts) needs a reward_fn(prompts, responses, metadata)")
             eval_source = list(eval_prompts or [])
-            if cfg.eval_every and not eval_source:
+            if cfg.eval_every and not eval_source and evaluate is None:
                 prompts, prompt_metadata, eval_source, eval_meta = self._hold_out(prompts, prompt_metadata)
         if resume_from is not None:
             self.load_checkpoint(self._resolve_checkpoint(resume_from))
@@ -618,13 +658,23 @@ class PPOTrainer:
             self.iteration += 1
             metrics["iteration"] = self.iteration
             if cfg.eval_every and self.iteration % cfg.eval_every == 0:
-                metrics.update(self.evaluate(eval_source, reward_fn, eval_meta))
+                if evaluate is not None:
+                    metrics.update({_eval_scoped(k): v for k, v in evaluate().items()})
+                else:
+                    metrics.update(self.evaluate(eval_source, reward_fn, eval_meta))
             self.history.append(metrics)
             if self.on_iteration is not None:
                 self.on_iteration(metrics)
-            if cfg.save_every and self.iteration % cfg.save_every == 0:
-                self.save_checkpoint(self.checkpoint_root() / f"checkpoint-{self.iteration}")
+            if cfg.save_every and (self.iteration % cfg.save_every == 0 or self.iteration == total):
+                self.save_iteration()
         return self.model if is_env else self.history
+
+    def save_iteration(self) -> Path:
+        """``checkpoint-<iteration>`` under :meth:`checkpoint_root`, written under a staging name and
+        renamed into place once complete; only the newest ``config.save_total_limit`` are kept."""
+        root = self.checkpoint_root()
+        staging = self.save_checkpoint(staging_folder(root))
+        return move_into_place(staging, root / f"checkpoint-{self.iteration}", self.config.save_total_limit)
 
     def checkpoint_root(self) -> Path:
         """``config.output_dir``, or ``./ppo_output`` (named in the log once) when it is not set."""

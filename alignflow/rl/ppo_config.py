@@ -36,6 +36,12 @@ class PPOConfig(BaseModel):
     gamma: float = Field(0.99, ge=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1, validation_alias=_alias("gae_lambda", "lam"))
     max_grad_norm: float | None = 1.0
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW's, on the trainable parameters")
+    lr_scheduler_type: str | None = Field(
+        None,
+        description="a transformers scheduler name (linear, cosine...) over every optimiser step; None: none",
+    )
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="of the optimiser steps, with a scheduler")
     normalize_advantages: bool = True
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
@@ -54,6 +60,7 @@ class PPOConfig(BaseModel):
         0, ge=0, description="mean reward on held-out prompts every N iterations (0: never)"
     )
     eval_fraction: float = Field(0.1, gt=0, lt=1, description="prompts held out when none are given")
+    save_total_limit: int | None = Field(None, ge=1, description="checkpoints kept (the newest); None: all")
     output_dir: str | None = Field(None, description=f"checkpoints; None: ./{DEFAULT_OUTPUT_DIR}")
     seed: int = 0
     device: str | None = None

@@ -7,13 +7,12 @@ only once fully written) and ``model/`` (the final model, safetensors).
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from alignflow.errors import InputError
 from alignflow.models.cpu_attention import use_cpu_attention
@@ -21,6 +20,7 @@ from alignflow.models.fp32_gemm import use_onednn_linears
 from alignflow.models.fused_norm import use_fused_rms_norms
 from alignflow.models.loading import first_few, non_finite_tensors
 from alignflow.models.lora_precision import compute_adapters_in_base_dtype
+from alignflow.rl.checkpoint_files import STAGING, move_into_place
 from alignflow.training.compilation import (
     compile_layer_by_layer,
     compiled_modules,
@@ -31,7 +31,6 @@ from alignflow.training.model_preparation import PreparedModelsMixin
 
 CHECKPOINTS = "checkpoints"
 MODEL = "model"
-STAGING = ".staging"
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 if TYPE_CHECKING:  # the mixin is mixed into a transformers Trainer: its attributes and hooks
@@ -152,28 +151,6 @@ class StageTrainerMixin(PreparedModelsMixin, _TrainerBase):
         keep = self.args.save_total_limit if self.args.should_save else None
         move_into_place(staging / name, run_dir / name, keep)
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def move_into_place(written: Path, final: Path, keep: int | None) -> Path:
-    """Rename a fully written checkpoint folder to ``final`` (durably), then keep the newest ``keep``."""
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(written, final)
-    _fsync_dir(final.parent)
-    if keep is not None:
-        rotate_checkpoints(output_dir=str(final.parent), save_total_limit=keep)
-    return final
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def is_complete_checkpoint(path: Path) -> bool:

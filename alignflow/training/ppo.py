@@ -1,8 +1,8 @@
 """The pipeline's PPO stage, on alignflow's own PPO (:mod:`alignflow.rl.ppo`).
 
-TRL 1.x has no PPO trainer, so unlike the other stages this one drives
-:class:`~alignflow.rl.ppo.PPOTrainer` itself, one iteration at a time, which lets it keep
-the guarantees every stage gives:
+TRL 1.x has no PPO trainer, so this stage runs :class:`~alignflow.rl.ppo.PPOTrainer`'s own
+loop (the research API's; there is no second one) and adds, through its hooks, the
+guarantees every stage gives:
 
 * checkpoints ``checkpoints/checkpoint-N`` are written into a staging folder and renamed
   into place, so a crash (even SIGKILL) never leaves a half-written one; a second call on
@@ -26,7 +26,6 @@ own scorer for the reward model (``run_ppo(..., reward_scorer=...)``).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from alignflow import progress
 from alignflow.data.answers import correctness_reward, format_reward
@@ -52,9 +51,7 @@ from alignflow.rl.ppo import PPOConfig, PPOTrainer
 from alignflow.training.checkpoints import (
     CHECKPOINTS,
     MODEL,
-    STAGING,
     last_complete_checkpoint,
-    move_into_place,
     refuse_diverged_weights,
 )
 from alignflow.training.grpo import _decode_prompt, prompt_rows
@@ -184,16 +181,14 @@ def fitting_prompts(
 
 
 def trainer_config(stage: PPOStageConfig, seed: int, checkpoints_dir: Path) -> PPOConfig:
-    """The section's PPO knobs as the research trainer's own config (the section is one, extended);
-    the stage saves (atomically) and evaluates by itself."""
+    """The section's PPO knobs as the research trainer's own config (the section is one, extended):
+    the trainer checkpoints into the stage's folder, every ``save_every`` and after the last
+    iteration (at least once: a finished stage can always be resumed and inspected)."""
     knobs = {name: getattr(stage, name) for name in PPOConfig.model_fields}
-    knobs.update(seed=seed, output_dir=str(checkpoints_dir), save_every=0, eval_every=0)
+    knobs.update(
+        seed=seed, output_dir=str(checkpoints_dir), save_every=stage.save_every or stage.num_iterations
+    )
     return PPOConfig(**knobs)
-
-
-def optimizer_steps_per_iteration(cfg: PPOConfig) -> int:
-    micro = cfg.num_epochs * math.ceil(cfg.batch_size / cfg.mini_batch_size)
-    return math.ceil(micro / cfg.gradient_accumulation_steps)
 
 
 class AdaptersOff(nn.Module):
@@ -232,26 +227,7 @@ def build_trainer(
             model.enable_input_require_grads()
         model = get_peft_model(model, lora)
         reference = AdaptersOff(model)
-    trainer = PPOTrainer(cfg, model, tokenizer, reference_model=reference)
-    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
-    trainer.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=stage.weight_decay)
-    total = stage.num_iterations * optimizer_steps_per_iteration(cfg)
-    trainer.scheduler = get_scheduler(
-        stage.lr_scheduler_type,
-        trainer.optimizer,
-        num_warmup_steps=math.ceil(stage.warmup_ratio * total),
-        num_training_steps=total,
-    )
-    return trainer
-
-
-def save_checkpoint_atomically(trainer: PPOTrainer, checkpoints_dir: Path, keep: int | None) -> Path:
-    """``checkpoint-N`` appears only once complete: written to staging, then renamed."""
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    staging = checkpoints_dir / STAGING
-    shutil.rmtree(staging, ignore_errors=True)
-    trainer.save_checkpoint(staging)
-    return move_into_place(staging, checkpoints_dir / f"checkpoint-{trainer.iteration}", keep)
+    return PPOTrainer(cfg, model, tokenizer, reference_model=reference)
 
 
 def save_policy(trainer: PPOTrainer, output_dir: Path) -> Path:
@@ -340,39 +316,23 @@ def _iteration_metrics(metrics: Mapping[str, Any], reward: StageReward, seconds:
     return named
 
 
-def train_iterations(
-    trainer: PPOTrainer,
-    stage: PPOStageConfig,
-    rows: list[dict[str, Any]],
-    reward: StageReward,
-    checkpoints_dir: Path,
-    history_dir: Path | None = None,
-    eval_rows: list[dict[str, Any]] | None = None,
-) -> None:
-    """PPOTrainer's prompt loop, logging ``train/...`` (and to ``history_dir/history.jsonl``),
-    scoring ``eval_rows`` every ``eval_every`` iterations and checkpointing atomically."""
-    texts = [r["text"] for r in rows]
-    metadata = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
-    total = stage.num_iterations
-    while trainer.iteration < total:
-        started = time.perf_counter()
-        rollout = trainer.collect_from_prompts(texts, reward, metadata)
-        step = {**trainer.optimize(rollout), **rollout.metrics}
-        trainer.iteration += 1
-        progress.step(trainer.iteration, total)
-        step["iteration"] = trainer.iteration
-        last = trainer.iteration == total
-        if eval_rows and stage.eval_every and trainer.iteration % stage.eval_every == 0:
-            scores = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
-            step.update({f"eval/{k}": v for k, v in scores.items()})
-        trainer.history.append(step)
-        if history_dir is not None:
-            append_history(history_dir, step)
-        if trainer.iteration % stage.logging_steps == 0 or last:
-            seconds = time.perf_counter() - started
-            tracking.log_metrics(_iteration_metrics(step, reward, seconds), step=trainer.iteration)
-        if (stage.save_every and trainer.iteration % stage.save_every == 0) or last:
-            save_checkpoint_atomically(trainer, checkpoints_dir, stage.save_total_limit)
+class IterationLog:
+    """What the stage adds to each PPO iteration (``PPOTrainer.on_iteration``): the progress
+    line, a line of ``history.jsonl`` and, every ``logging_steps`` and at the last, the
+    ``train/...`` and ``eval/...`` metrics of the active MLflow run at that iteration."""
+
+    def __init__(self, stage: PPOStageConfig, reward: StageReward, history_dir: Path) -> None:
+        self.stage, self.reward, self.history_dir = stage, reward, history_dir
+        self.started = time.perf_counter()
+
+    def __call__(self, step: Mapping[str, Any]) -> None:
+        iteration, total = int(step["iteration"]), self.stage.num_iterations
+        progress.step(iteration, total)
+        append_history(self.history_dir, step)
+        if iteration % self.stage.logging_steps == 0 or iteration == total:
+            seconds = time.perf_counter() - self.started
+            tracking.log_metrics(_iteration_metrics(step, self.reward, seconds), step=iteration)
+        self.started = time.perf_counter()
 
 
 def run_ppo(
@@ -428,7 +388,16 @@ def run_ppo(
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
     write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
-    train_iterations(trainer, stage, train_rows, reward, checkpoints_dir, output_dir, eval_rows)
+    trainer.on_iteration = IterationLog(stage, reward, output_dir)
+    policy = trainer.model.base_model
+    if not eval_rows:  # nothing to score every eval_every iterations (the trainer would hold prompts out)
+        trainer.config = trainer.config.model_copy(update={"eval_every": 0})
+    trainer.train(
+        [r["text"] for r in train_rows],
+        reward,
+        prompt_metadata=[{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows],
+        evaluate=lambda: greedy_rewards(policy, trainer.tokenizer, eval_rows, reward, stage),
+    )
 
     if eval_rows:
         after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)

@@ -224,6 +224,41 @@ def test_checkpoint_resume_restores_optimizer_rng_and_kl_state(tmp_path, tiny_mo
     assert latest.iteration == 4 and len(latest.history) == 4  # nothing left to do after checkpoint-4
 
 
+def test_checkpoints_land_whole_every_save_every_and_after_the_last_iteration(tmp_path, tiny_model_dir):
+    prompts = [make_prompt(a, b) for a in range(3) for b in range(3)]
+    model, tok = load_causal_lm(tiny_model_dir)
+    cfg = PPOConfig(
+        batch_size=2, mini_batch_size=2, num_epochs=1, max_new_tokens=3, save_every=2,
+        save_total_limit=2, output_dir=str(tmp_path), lr_scheduler_type="linear", seed=0,
+    )  # fmt: skip
+    trainer = PPOTrainer(cfg, model, tok)
+    assert trainer.scheduler is not None and trainer.scheduler.get_last_lr()[0] == pytest.approx(
+        cfg.learning_rate
+    )
+    trainer.train(prompts, lambda p, r, m: [0.0] * len(r), num_iterations=5)
+    # 2 and 4 by save_every, 5 as the last; the oldest beyond the limit removed; no staging left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4", "checkpoint-5"]
+    assert trainer.scheduler.get_last_lr()[0] < cfg.learning_rate  # the linear schedule ran down
+
+
+def test_an_evaluate_hook_replaces_the_held_out_measure_and_holds_no_prompt_out(tiny_model_dir):
+    prompts = [make_prompt(a, b) for a in range(3) for b in range(3)]
+    model, tok = load_causal_lm(tiny_model_dir)
+    trainer = PPOTrainer(
+        PPOConfig(batch_size=9, mini_batch_size=9, num_epochs=1, max_new_tokens=3, eval_every=2), model, tok
+    )
+    seen: list[str] = []
+    history = trainer.train(
+        prompts,
+        lambda p, r, m: seen.extend(p) or [0.0] * len(r),
+        num_iterations=2,
+        evaluate=lambda: {"accuracy": 0.25, "eval/n": 3.0},
+    )
+    assert history[1]["eval/accuracy"] == 0.25 and history[1]["eval/n"] == 3.0
+    assert "eval/accuracy" not in history[0] and "eval/reward_mean" not in history[1]
+    assert set(seen) == set(prompts)  # every prompt trained: none held out for the measure
+
+
 def test_prompts_longer_than_a_gpt2_policy_reads_are_cut_from_the_left(gpt2_policy_dir):
     """48 positions: 60-token prompts plus 4 new tokens crashed generation with IndexError."""
     model, tok = load_causal_lm(gpt2_policy_dir)

@@ -46,7 +46,12 @@ def test_the_ppo_section_is_the_research_ppo_config_under_any_of_its_names(demo_
     cfg = trainer_config(by_ppo.model_copy(update={"mini_batch_size": 4}), seed=5, checkpoints_dir=Path("x"))
     assert type(cfg) is PPOConfig
     assert (cfg.num_iterations, cfg.batch_size, cfg.mini_batch_size, cfg.seed) == (7, 12, 4, 5)
-    assert cfg.save_every == 0 and cfg.eval_every == 0  # the stage checkpoints and evaluates itself
+    # the research trainer's own loop checkpoints into the stage's folder, keeping the stage's limit,
+    # and builds the stage's optimiser schedule itself (nothing is replaced from outside)
+    assert (cfg.save_every, cfg.output_dir, cfg.save_total_limit) == (3, "x", by_ppo.save_total_limit)
+    assert (cfg.lr_scheduler_type, cfg.warmup_ratio, cfg.weight_decay) == ("constant", 0.0, 0.0)
+    never = trainer_config(by_ppo.model_copy(update={"save_every": 0}), seed=5, checkpoints_dir=Path("x"))
+    assert never.save_every == 7  # saved once, after the last iteration: a finished stage can resume
 
 
 @pytest.mark.parametrize(
