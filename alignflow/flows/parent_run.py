@@ -27,7 +27,7 @@ from alignflow.registry.pipeline_record import (
     rename_run,
     run_name,
 )
-from alignflow.registry.runs import lineage_tags, pipeline_run
+from alignflow.registry.runs import CONFIG_HASH_TAG, lineage_tags, pipeline_run
 
 FLOW_NAME = "retrain"
 
@@ -39,18 +39,16 @@ def parent_run(
     data_version: str | None = None,
     tags: Mapping[str, Any] | None = None,
 ) -> Iterator[Run]:
-    """Start (and make active) the parent run: its name, lineage tags and config params."""
+    """Start (and make active) the parent run: its name, lineage tags and config params. The
+    run of the same config that a killed process left RUNNING is continued instead."""
+    lineage = lineage_tags(data_version, config_hash(config), repo_dir)
     with pipeline_run(
         config.tracking.resolved_uri(),
         config.tracking.experiment or config.project,
         run_name=run_name(config.project, config.policy.algorithm, data_version),
-        tags={
-            **config.tracking.tags,
-            **lineage_tags(data_version, config_hash(config), repo_dir),
-            PIPELINE_TAG: FLOW_NAME,
-            **(tags or {}),
-        },
+        tags={**config.tracking.tags, **lineage, PIPELINE_TAG: FLOW_NAME, **(tags or {})},
         artifact_location=config.tracking.artifact_location,
+        continue_killed={CONFIG_HASH_TAG: lineage[CONFIG_HASH_TAG], PIPELINE_TAG: FLOW_NAME},
     ) as run:
         log_config(config)
         yield run

@@ -35,13 +35,12 @@ from alignflow.evaluation.metric_names import (
     promoted_key,
 )
 from alignflow.registry import tracking
-from alignflow.registry.runs import child_runs, stage_run
+from alignflow.registry.runs import PARENT_RUN_TAG, child_runs, stage_run
 
 PIPELINE_TAG = "alignflow.pipeline"  # on a parent run: the flow that made it (its name no longer says)
 CACHE_HIT_TAG = "alignflow.cache_hit"  # on a stage run that only stands for a reused result
 REUSED_RUN_TAG = "alignflow.reused_run"  # ... and the stage run that produced that result
 REUSED_PIPELINE_TAG = "alignflow.reused_pipeline_run"  # ... and the pipeline run that one belonged to
-PARENT_RUN_TAG = "mlflow.parentRunId"
 SHORT_VERSION = 7  # characters of the DVC md5 in a run name, as git shortens commits
 DATASET_CONTEXT = "training"
 # pinned-set figures (the interval and n beside each come along), the KL and how often the

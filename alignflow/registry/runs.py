@@ -10,12 +10,14 @@ that produced it.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import mlflow
+import psutil
 from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -32,6 +34,10 @@ GIT_COMMIT_TAG = "git.commit"
 CONFIG_HASH_TAG = "config.hash"
 GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or version was judged on
 STAGE_TAG = "alignflow.stage"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+# host:pid:start time of the process holding a run open; a rerun continues a run whose owner died
+OWNER_TAG = "alignflow.owner"
+CONTINUED_TAG = "alignflow.continued_after_kill"  # how many times a killed run was taken up again
 LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
 ARTIFACT_FOLDER = "mlruns"  # beside a SQLite store, as MLflow names it in the working directory
 
@@ -82,6 +88,39 @@ def _string_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
     return {sanitize_name(k): str(v) for k, v in (tags or {}).items()}
 
 
+def owner_tag() -> str:
+    """``host:pid:start time`` of this process: which process holds a run open."""
+    process = psutil.Process()
+    return f"{socket.gethostname()}:{process.pid}:{process.create_time():.3f}"
+
+
+def owner_gone(owner: str | None) -> bool:
+    """Whether the process that opened a run is known to be gone: it ran on this host and no
+    process with its pid and start time is alive (a pid reused since does not count as it).
+    A run opened on another host, or before runs named their owner, is never taken over."""
+    if not owner or owner.count(":") < 2:
+        return False
+    host, pid, started = owner.rsplit(":", 2)
+    if host != socket.gethostname():
+        return False
+    try:
+        return abs(psutil.Process(int(pid)).create_time() - float(started)) > 0.01
+    except (psutil.NoSuchProcess, ValueError):
+        return True
+
+
+def orphaned_runs(client: MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> list[Run]:
+    """Runs still RUNNING whose process was killed, carrying every one of ``tags``: the runs a
+    rerun of the same command continues instead of starting new ones. Newest first."""
+    matches = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    found = client.search_runs(
+        [experiment_id],
+        filter_string="attributes.status = 'RUNNING'" + (f" and {matches}" if matches else ""),
+        order_by=["attributes.start_time DESC"],
+    )
+    return [r for r in found if owner_gone(r.data.tags.get(OWNER_TAG))]
+
+
 @contextmanager
 def pipeline_run(
     tracking_uri: str,
@@ -89,12 +128,36 @@ def pipeline_run(
     run_name: str | None = None,
     tags: Mapping[str, Any] | None = None,
     artifact_location: str | None = None,
+    continue_killed: Mapping[str, str] | None = None,
 ) -> Iterator[Run]:
-    """Start the parent run of one pipeline run (and make it the active run)."""
+    """Start the parent run of one pipeline run (and make it the active run).
+
+    ``continue_killed``: tags that say "the same command" (the config hash, the flow): a parent
+    run with those tags left RUNNING by a killed process is continued rather than a second
+    one started, so the UI shows one run, not a dead one beside its rerun.
+    """
     mlflow.set_tracking_uri(tracking_uri)
     experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=_string_tags(tags)) as run:
+    client = MlflowClient(tracking_uri)
+    killed = [
+        r
+        for r in (orphaned_runs(client, experiment_id, continue_killed) if continue_killed else [])
+        if PARENT_RUN_TAG not in r.data.tags
+    ]
+    tags = {**_string_tags(tags), OWNER_TAG: owner_tag()}
+    if killed:
+        with mlflow.start_run(run_id=killed[0].info.run_id, tags=tags) as run:
+            _count_continuation(client, killed[0])
+            yield run
+        return
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
         yield run
+
+
+def _count_continuation(client: MlflowClient, run: Run) -> None:
+    """How many times a killed run was taken up again, on the run itself."""
+    times = int(run.data.tags.get(CONTINUED_TAG, "0")) + 1
+    client.set_tag(run.info.run_id, CONTINUED_TAG, str(times))
 
 
 @contextmanager
@@ -110,9 +173,18 @@ def stage_run(
     stage executed by a task runner thread or a remote worker nests correctly.
     """
     mlflow.set_tracking_uri(tracking_uri)
-    parent = MlflowClient(tracking_uri).get_run(parent_run_id)
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(parent_run_id)
     inherited = {k: parent.data.tags[k] for k in LINEAGE_TAGS if k in parent.data.tags}
-    merged = {**inherited, STAGE_TAG: stage, **_string_tags(tags)}
+    merged = {**inherited, STAGE_TAG: stage, **_string_tags(tags), OWNER_TAG: owner_tag()}
+    killed = orphaned_runs(
+        client, parent.info.experiment_id, {PARENT_RUN_TAG: parent_run_id, STAGE_TAG: stage}
+    )
+    if killed:  # this stage was running when its process was killed: its run goes on
+        with mlflow.start_run(run_id=killed[0].info.run_id, nested=True, tags=merged) as run:
+            _count_continuation(client, killed[0])
+            yield run
+        return
     with mlflow.start_run(
         experiment_id=parent.info.experiment_id,
         run_name=stage,

@@ -89,3 +89,82 @@ def test_default_artifact_location_only_for_a_local_sqlite_file():
     assert runs.default_artifact_location("sqlite:///mlflow.db", "../team/x y") == "mlruns/team-x-y"
     for elsewhere in ("sqlite://", "sqlite:///:memory:", "postgresql://u@db/mlflow", "http://mlflow:5000"):
         assert runs.default_artifact_location(elsewhere, "demo") is None, elsewhere
+
+
+KILLED_MID_STAGE = """
+import os, signal, sys
+import mlflow
+from alignflow.registry import runs
+uri, same = sys.argv[1], {"config.hash": "cfg123", "alignflow.pipeline": "retrain"}
+with runs.pipeline_run(uri, "demo", "pipeline", {**same}, continue_killed=same) as parent:
+    with runs.stage_run(uri, parent.info.run_id, "sft"):
+        mlflow.log_metric("train/loss", 3.0, step=1)
+        mlflow.log_metric("train/loss", 2.0, step=2)
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_rerun_after_a_sigkill_continues_the_killed_parent_and_stage_runs(tmp_path):
+    import subprocess
+    import sys
+
+    uri, same = f"sqlite:///{tmp_path}/mlflow.db", {"config.hash": "cfg123", "alignflow.pipeline": "retrain"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_STAGE, uri], cwd=tmp_path, check=False)
+    assert killed.returncode == -9
+    client = MlflowClient(uri)
+    found = client.search_runs([client.get_experiment_by_name("demo").experiment_id])
+    assert {r.info.status for r in found} == {"RUNNING"} and len(found) == 2  # what a kill leaves
+    [left] = [r for r in found if runs.STAGE_TAG not in r.data.tags]
+
+    with runs.pipeline_run(uri, "demo", "pipeline", same, continue_killed=same) as parent:
+        with runs.stage_run(uri, parent.info.run_id, "sft") as stage:
+            mlflow.log_metric("train/loss", 1.0, step=3)
+        with runs.stage_run(uri, parent.info.run_id, "reward"):
+            pass
+    every = client.search_runs([parent.info.experiment_id])
+    assert len(every) == 3 and {r.info.status for r in every} == {"FINISHED"}
+    by_stage = {r.data.tags.get(runs.STAGE_TAG): r for r in every}
+    assert by_stage[None].info.run_id == left.info.run_id == parent.info.run_id
+    assert by_stage["sft"].info.run_id == stage.info.run_id
+    assert (
+        by_stage[None].data.tags[runs.CONTINUED_TAG] == by_stage["sft"].data.tags[runs.CONTINUED_TAG] == "1"
+    )
+    assert runs.CONTINUED_TAG not in by_stage["reward"].data.tags
+    steps = client.get_metric_history(stage.info.run_id, "train/loss")
+    assert [(m.step, m.value) for m in steps] == [(1, 3.0), (2, 2.0), (3, 1.0)]  # one run, one counter
+
+
+def test_runs_of_a_live_process_another_host_or_another_config_are_not_taken_over(tmp_path):
+    import socket
+
+    uri, same = f"sqlite:///{tmp_path}/mlflow.db", {"config.hash": "cfg123", "alignflow.pipeline": "retrain"}
+    client = MlflowClient(uri)
+    experiment = runs.ensure_experiment(uri, "demo")
+    dead_pid = f"{socket.gethostname()}:999999999:1.000"
+    owners = {
+        "alive": runs.owner_tag(),  # this very process: a run in progress elsewhere in it
+        "elsewhere": "another-host:12:1.000",
+        "other config": dead_pid,
+    }
+    for name, owner in owners.items():
+        config = {"config.hash": "other"} if name == "other config" else {"config.hash": "cfg123"}
+        client.create_run(
+            experiment, run_name=name, tags={**config, "alignflow.pipeline": "retrain", runs.OWNER_TAG: owner}
+        )
+    with runs.pipeline_run(uri, "demo", "new", same, continue_killed=same) as parent:
+        pass
+    assert client.get_run(parent.info.run_id).info.run_name == "new"
+    assert len(client.search_runs([experiment], "attributes.status = 'RUNNING'")) == 3
+
+
+def test_a_process_is_gone_when_its_pid_is_free_or_taken_by_a_later_process():
+    import os
+    import socket
+
+    import psutil
+
+    host, me = socket.gethostname(), psutil.Process()
+    assert not runs.owner_gone(runs.owner_tag())
+    assert runs.owner_gone(f"{host}:{os.getpid()}:{me.create_time() - 60:.3f}")  # the pid was reused
+    assert runs.owner_gone(f"{host}:999999999:1.000")
+    assert not runs.owner_gone("another-host:1:1.000") and not runs.owner_gone(None)
