@@ -86,9 +86,12 @@ def plot_win_rates(bars: Sequence[WinRateBar], path: str | Path) -> Path:
 
 # what a learning curve shows of a trainer's logs, in order: the objective, the reward it
 # climbs (GRPO/PPO), the preference accuracy and margin (DPO, reward models), held-out loss
+HANDED_ON = "handed_on_step"  # a stage that hands on its best held-out step logs which
 CURVE_KEYS = (
     "train/loss",
     "train/reward",
+    "train/reward/mean",
+    "eval/reward",
     "train/rewards/accuracies",
     "train/rewards/margins",
     "train/accuracy",
@@ -123,6 +126,15 @@ def learning_curves(tracking_uri: str, run_ids: Mapping[str, str]) -> list[tuple
     return curves
 
 
+def handed_on_steps(tracking_uri: str, run_ids: Mapping[str, str]) -> dict[str, int]:
+    """Per stage run that says so (``handed_on_step``), the step whose model it handed on."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    found = {stage: client.get_run(run_id).data.metrics.get(HANDED_ON) for stage, run_id in run_ids.items()}
+    return {stage: int(step) for stage, step in found.items() if step is not None}
+
+
 def plot_learning_curves(tracking_uri: str, run_ids: Mapping[str, str], path: str | Path) -> Path | None:
     """One panel per stage and metric (loss, reward, accuracy ... against the trainer's step),
     read back from MLflow's history of each stage run; None when no stage logged a curve."""
@@ -132,9 +144,15 @@ def plot_learning_curves(tracking_uri: str, run_ids: Mapping[str, str], path: st
     columns = min(len(curves), 2)
     rows = -(-len(curves) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 2.6 * rows), squeeze=False)
+    handed_on = handed_on_steps(tracking_uri, run_ids)
     for ax, (stage, key, steps, values) in zip(axes.flat, curves, strict=False):
         ax.plot(steps, values, marker="." if len(steps) < 30 else None)
         ax.set(title=f"{stage}: {key}", xlabel="step")
+        if stage in handed_on:  # the step whose held-out score the stage handed on
+            ax.axvline(
+                handed_on[stage], color="tab:green", linestyle="--", label=f"handed on: {handed_on[stage]}"
+            )
+            ax.legend(loc="best", fontsize="small")
     for ax in list(axes.flat)[len(curves) :]:
         ax.set_visible(False)
     return _save(fig, path)

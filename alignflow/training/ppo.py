@@ -55,6 +55,7 @@ from alignflow.training.checkpoints import (
     refuse_diverged_weights,
 )
 from alignflow.training.grpo import _decode_prompt, prompt_rows
+from alignflow.training.held_out_best import HeldOutBest
 from alignflow.training.ppo_config import PPOStageConfig
 from alignflow.training.registry import REWARD_STAGE_REF
 from alignflow.training.run_settings import RunSettings
@@ -68,6 +69,7 @@ from alignflow.training.stage import (
 Component = Callable[[list[Any], list[str], list[Mapping[str, Any]]], list[float]]
 Scorer = Callable[[list[Any], list[str]], Sequence[float]]
 HISTORY = "history.jsonl"
+HELD_OUT = "eval/reward"  # the greedy held-out reward every eval_every iterations: what "best" means
 
 
 # ---------------------------------------------------------------- rewards
@@ -321,18 +323,48 @@ class IterationLog:
     line, a line of ``history.jsonl`` and, every ``logging_steps`` and at the last, the
     ``train/...`` and ``eval/...`` metrics of the active MLflow run at that iteration."""
 
-    def __init__(self, stage: PPOStageConfig, reward: StageReward, history_dir: Path) -> None:
-        self.stage, self.reward, self.history_dir = stage, reward, history_dir
+    def __init__(
+        self,
+        stage: PPOStageConfig,
+        reward: StageReward,
+        history_dir: Path,
+        best: tuple[HeldOutBest, nn.Module] | None = None,
+    ) -> None:
+        self.stage, self.reward, self.history_dir, self.best = stage, reward, history_dir, best
         self.started = time.perf_counter()
 
     def __call__(self, step: Mapping[str, Any]) -> None:
         iteration, total = int(step["iteration"]), self.stage.num_iterations
         progress.step(iteration, total)
         append_history(self.history_dir, step)
+        if self.best is not None and HELD_OUT in step:
+            self.best[0].offer(iteration, float(step[HELD_OUT]), self.best[1])
         if iteration % self.stage.logging_steps == 0 or iteration == total:
             seconds = time.perf_counter() - self.started
             tracking.log_metrics(_iteration_metrics(step, self.reward, seconds), step=iteration)
         self.started = time.perf_counter()
+
+
+def held_out_best(
+    stage: PPOStageConfig,
+    output_dir: Path,
+    iteration: int,
+    resumed: bool,
+    metrics: Mapping[str, float],
+    policy: nn.Module,
+) -> HeldOutBest | None:
+    """The best held-out step so far, where the stage hands on its best (``ppo.hand_on: best``
+    with periodic evaluation); a fresh run offers its start as step 0, a resumed one reads what
+    the interrupted run kept."""
+    start = metrics.get(before_key(HELD_OUT.removeprefix("eval/")))
+    if stage.hand_on != "best" or not stage.eval_every or start is None:
+        return None
+    best = HeldOutBest(output_dir)
+    if resumed:
+        best.resume(iteration)
+    else:
+        best.offer(0, start, policy)
+    return best
 
 
 def run_ppo(
@@ -388,8 +420,9 @@ def run_ppo(
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
     write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
-    trainer.on_iteration = IterationLog(stage, reward, output_dir)
     policy = trainer.model.base_model
+    best = held_out_best(stage, output_dir, trainer.iteration, checkpoint is not None, metrics, policy)
+    trainer.on_iteration = IterationLog(stage, reward, output_dir, (best, policy) if best else None)
     if not eval_rows:  # nothing to score every eval_every iterations (the trainer would hold prompts out)
         trainer.config = trainer.config.model_copy(update={"eval_every": 0})
     trainer.train(
@@ -399,8 +432,13 @@ def run_ppo(
         evaluate=lambda: greedy_rewards(policy, trainer.tokenizer, eval_rows, reward, stage),
     )
 
+    handed_on = trainer.iteration
+    if best is not None and best.step is not None and best.step != trainer.iteration:
+        best.restore(policy)
+        handed_on = best.step
+    metrics["handed_on_step"] = float(handed_on)
     if eval_rows:
-        after = greedy_rewards(trainer.model.base_model, trainer.tokenizer, eval_rows, reward, stage)
+        after = greedy_rewards(policy, trainer.tokenizer, eval_rows, reward, stage)
         metrics.update({eval_key(k): v for k, v in after.items()})
     last = trainer.history[-1] if trainer.history else {}
     metrics.update(

@@ -63,6 +63,11 @@ class PPOStageConfig(RunConfig, PPOConfig):
     reward_weights: dict[str, float] = Field(
         default_factory=dict, description="weight per source (reward_model, correctness, format); default 1"
     )
+    hand_on: Literal["best", "last"] = Field(
+        "best",
+        description="with eval_every: the policy of the iteration whose greedy held-out reward was highest "
+        "(0: the start, when none beat it), or the last iteration's; the stage says which (handed_on_step)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -185,6 +185,29 @@ def test_learning_curves_are_the_logged_histories_of_each_stage(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
+def test_a_ppo_stage_curve_shows_its_held_out_reward_and_the_step_it_handed_on(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = mlflow.MlflowClient(uri)
+    ppo = client.create_run(
+        client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
+    ).info.run_id
+    for step in range(1, 7):
+        client.log_metric(ppo, "train/reward/mean", step / 10, step=step)
+    for step, held_out in [(2, 0.6), (4, 0.8), (6, 0.5)]:  # the training reward climbs, held-out falls late
+        client.log_metric(ppo, "eval/reward", held_out, step=step)
+    client.log_metric(ppo, "handed_on_step", 4.0)
+    lines: list[float] = []
+    real_axvline = Axes.axvline
+    monkeypatch.setattr(
+        Axes, "axvline", lambda ax, x, *a, **k: lines.append(x) or real_axvline(ax, x, *a, **k)
+    )
+    assert plots.plot_learning_curves(uri, {"policy": ppo}, tmp_path / "curves.png") is not None
+    keys = [key for _, key, _, _ in plots.learning_curves(uri, {"policy": ppo})]
+    assert keys == ["train/reward/mean", "eval/reward"] and lines == [4, 4]
+
+
 def test_the_win_rate_plot_draws_rates_with_their_intervals_never_counts(tmp_path, monkeypatch):
     from matplotlib.axes import Axes
 

@@ -137,7 +137,8 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
-    config = demo_config(*_ppo_overrides("ppo.iterations=40", "ppo.save_every=10", "ppo.eval_every=20"))
+    overrides = ("ppo.iterations=40", "ppo.save_every=10", "ppo.eval_every=20", "ppo.hand_on=last")
+    config = demo_config(*_ppo_overrides(*overrides))
     try:
         experiment = mlflow.create_experiment("ppo", artifact_location=(tmp_path / "art").as_uri())
         with mlflow.start_run(experiment_id=experiment) as run:
@@ -175,6 +176,39 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
         policy.config.vocab_size
         == AutoModelForCausalLM.from_pretrained(sft_result.model_dir).config.vocab_size
     )
+
+
+@pytest.mark.slow
+def test_ppo_hands_on_its_best_held_out_step_and_says_which(demo_config, demo_snapshot, sft_result, tmp_path):
+    """A learning rate that wrecks the policy: its held-out reward falls, and the stage hands on
+    the best step it measured (the start, step 0, when nothing beat it), not the last."""
+    wrecking = _ppo_overrides(
+        "ppo.iterations=4", "ppo.eval_every=2", "ppo.learning_rate=0.05", "ppo.eval_max_rows=16"
+    )
+    result = run_ppo(
+        demo_config(*wrecking), demo_snapshot, tmp_path / "best", model_path=sft_result.model_dir
+    )
+    measured = {
+        h["iteration"]: h["eval/reward"] for h in load_history(tmp_path / "best") if "eval/reward" in h
+    }
+    scores = {0: result.metrics["eval/before_reward"], **measured}
+    assert sorted(scores) == [0, 2, 4]
+    best = max(scores, key=lambda step: (scores[step], -step))  # a tie goes to the earlier step
+    assert best != 4, scores
+    assert result.metrics["handed_on_step"] == best
+    assert result.metrics["eval/reward"] == pytest.approx(scores[best])  # the handed-on policy, scored again
+    if best == 0:
+        handed = load_file(Path(result.model_dir) / "model.safetensors")
+        start = load_file(Path(sft_result.model_dir) / "model.safetensors")
+        assert all(torch.equal(handed[k], start[k]) for k in start)
+
+    last = run_ppo(
+        demo_config(*wrecking, "ppo.hand_on=last"),
+        demo_snapshot,
+        tmp_path / "last",
+        model_path=sft_result.model_dir,
+    )
+    assert last.metrics["handed_on_step"] == 4 and last.metrics["eval/reward"] == pytest.approx(scores[4])
 
 
 @pytest.mark.slow
