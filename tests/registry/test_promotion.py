@@ -174,7 +174,7 @@ def test_the_promote_run_keeps_the_gate_table_as_metrics_and_as_markdown_and_jso
         text = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/promotion/policy-gates.md")
     assert (
         table["decision"]
-        == "Not promoted (failed: length_growth): 1 of 7 gates failed; champion stays version 1."
+        == "Not promoted (failed: length_growth): 1 of 8 gates failed; champion stays version 1."
     )
     rows = {row["gate"]: row for row in table["gates"]}
     assert rows["length_growth"] == {
