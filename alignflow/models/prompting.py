@@ -139,6 +139,7 @@ def generate(
     temperature: float = 1.0,
     batch_size: int = 32,
     seed: int | None = None,
+    top_p: float | None = None,
 ) -> list[str]:
     """Completions (decoded, special tokens removed) for ``prompts``, in order.
 
@@ -146,7 +147,8 @@ def generate(
     left-truncated where a model's position table leaves no room for ``max_new_tokens``
     after them (:func:`prompt_batch`). Batches are drawn in order of prompt length, so a
     batch of short prompts is not padded to one long conversation (on HH-RLHF's prompts
-    most of an unsorted batch was padding).
+    most of an unsorted batch was padding). ``top_p`` (None: the model's generation config)
+    applies only where it samples.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -158,7 +160,11 @@ def generate(
     budget = prompt_token_budget(tokenizer, max_new_tokens, model)
     outputs = [""] * len(prompts)
     order = longest_first(tokenizer, prompts)
-    sample_args = {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
+    sample_args: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature} if do_sample else {"do_sample": False}
+    )
+    if do_sample and top_p is not None:
+        sample_args["top_p"] = top_p
     try:
         with cpu_decoding(model):
             for start in range(0, len(order), batch_size):

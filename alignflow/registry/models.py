@@ -1,9 +1,11 @@
 """Logging models to MLflow and managing registry aliases.
 
-Policies are logged with MLflow's transformers flavour (a text-generation pipeline). Reward
-models are logged as alignflow's reward pyfunc (:mod:`alignflow.registry.reward_pyfunc`):
-the transformers pipeline would ignore their pooling and normalisation. A quantized LoRA
-classifier (an adapter with no ``config.json`` of its own) keeps the transformers flavour.
+Policies are logged as alignflow's policy pyfunc (:mod:`alignflow.registry.policy_pyfunc`):
+MLflow's text-generation pipeline would echo the prompt and skip the chat template the
+evaluation answered through. Reward models are logged as alignflow's reward pyfunc
+(:mod:`alignflow.registry.reward_pyfunc`): the transformers pipeline would ignore their
+pooling and normalisation. A quantized LoRA classifier (an adapter with no ``config.json``
+of its own) keeps the transformers flavour.
 
 Registered names follow ``<project>-policy`` and ``<project>-reward``. Only aliases are
 used (``challenger`` for the newest candidate, ``champion`` for the one to serve); stages
@@ -20,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow import MlflowClient
@@ -28,7 +30,10 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from alignflow.logs import logger_level
-from alignflow.registry import reward_pyfunc
+from alignflow.registry import policy_pyfunc, reward_pyfunc
+
+if TYPE_CHECKING:
+    from alignflow.evaluation.config import EvaluationConfig
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
@@ -113,11 +118,17 @@ def log_model(
     registered_model_name: str | None = None,
     name: str = "model",
     tags: Mapping[str, Any] | None = None,
+    evaluation: EvaluationConfig | None = None,
+    dtype: str | None = None,
 ) -> LoggedVersion | None:
-    """Log a saved model directory to the active run (reward pyfunc or transformers flavour).
+    """Log a saved model directory to the active run (policy or reward pyfunc; a LoRA
+    classifier in the transformers flavour).
 
     A PEFT adapter is logged as an adapter with its base model recorded (``base_model``
-    tag and model metadata), not as a merged copy of the base weights. When
+    tag and model metadata), not as a merged copy of the base weights; the policy pyfunc loads
+    base + adapter and folds them, as evaluation does. ``evaluation`` and ``dtype``: how the
+    run's evaluation generated (the policy's serving defaults; see
+    :func:`~alignflow.registry.policy_pyfunc.log_policy_model`). When
     ``registered_model_name`` is given the model is also registered, the new version is
     tagged (lineage, base model) and receives the ``challenger`` alias.
     """
@@ -137,6 +148,10 @@ def log_model(
     }
     if task == "text-classification" and (model_dir / "config.json").exists():
         info = reward_pyfunc.log_reward_model(model_dir, name, metadata, _pip_requirements())
+    elif task == "text-generation":
+        info = policy_pyfunc.log_policy_model(
+            model_dir, name, metadata, _pip_requirements(), evaluation, dtype, registered_model_name
+        )
     else:
         # a model built offline has no hub card or licence; MLflow warns about both, every time
         with logger_level("mlflow.transformers", logging.ERROR):
@@ -153,7 +168,7 @@ def log_model(
     return register(tracking_uri, info.model_uri, registered_model_name, run.info.run_id, version_tags)
 
 
-def _logged_model_id(model_uri: str) -> str | None:
+def logged_model_id(model_uri: str) -> str | None:
     """MLflow 3's ``models:/m-<id>`` URIs name a logged model; a REST server requires its id."""
     match = re.fullmatch(r"models:/(m-[0-9a-f]+)", model_uri)
     return match.group(1) if match else None
@@ -177,7 +192,7 @@ def register(
         source=model_uri,
         run_id=run_id,
         tags={k: str(v) for k, v in (tags or {}).items()},
-        model_id=_logged_model_id(model_uri),
+        model_id=logged_model_id(model_uri),
     )
     client.set_registered_model_alias(registered_model_name, CHALLENGER, version.version)
     return LoggedVersion(registered_model_name, str(version.version), model_uri, run_id or "")
@@ -215,12 +230,12 @@ def load_components(tracking_uri: str, name: str, alias_or_version: str) -> dict
     if uri is None:
         return None
     mlflow.set_tracking_uri(tracking_uri)
-    reward_path = reward_pyfunc.reward_artifact_path(mlflow.models.get_model_info(uri).flavors)
-    if reward_path is None:
+    saved = saved_dir_path(mlflow.models.get_model_info(uri).flavors)
+    if saved is None:
         return mlflow.transformers.load_model(uri, return_type="components")
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = reward_pyfunc.download_reward_dir(uri, reward_path, Path(scratch) / "model")
-        return _load_components(model_dir, "text-classification")
+        model_dir = download_saved_dir(uri, saved, Path(scratch) / "model")
+        return _load_components(model_dir, infer_task(model_dir))
 
 
 def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst: str | Path) -> Path | None:
@@ -236,14 +251,37 @@ def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst:
     mlflow.set_tracking_uri(tracking_uri)
     dst = Path(dst)
     info = mlflow.models.get_model_info(uri)
-    if (reward_path := reward_pyfunc.reward_artifact_path(info.flavors)) is not None:
-        return reward_pyfunc.download_reward_dir(uri, reward_path, dst)
+    if (saved := saved_dir_path(info.flavors)) is not None:
+        return download_saved_dir(uri, saved, dst)
     components = mlflow.transformers.load_model(uri, return_type="components")
     dst.mkdir(parents=True, exist_ok=True)
     components["model"].save_pretrained(dst, safe_serialization=True)
     components["tokenizer"].save_pretrained(dst)
     for filename, content in ((info.metadata or {}).get(SIDECARS_KEY) or {}).items():
         (dst / filename).write_text(json.dumps(content, indent=2), encoding="utf-8")
+    return dst
+
+
+def saved_dir_path(flavors: dict[str, Any]) -> str | None:
+    """Where a logged policy or reward pyfunc keeps the saved model directory; None for a model
+    in MLflow's transformers flavour (versions logged before the policy pyfunc, LoRA classifiers)."""
+    return reward_pyfunc.reward_artifact_path(flavors) or policy_pyfunc.policy_artifact_path(flavors)
+
+
+def download_saved_dir(model_uri: str, artifact_path: str, dst: Path) -> Path:
+    """Only the saved model directory of a logged pyfunc, placed at ``dst``.
+
+    It is fetched beside ``dst`` and moved in, so a local store's weights are copied once.
+    """
+    dst.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dst.parent) as scratch:
+        local = Path(
+            mlflow.artifacts.download_artifacts(artifact_uri=f"{model_uri}/{artifact_path}", dst_path=scratch)
+        )
+        if not (local / "config.json").exists() and not is_peft_adapter(local):
+            raise FileNotFoundError(f"{model_uri}: no saved model at {artifact_path}")
+        for item in local.iterdir():
+            item.replace(dst / item.name)
     return dst
 
 

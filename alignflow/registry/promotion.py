@@ -3,7 +3,8 @@
 The decision itself is :func:`alignflow.promotion.gates.decide`, pure code over numbers;
 here it is fed from the store (the champion, the metrics a version was judged on) and
 recorded there: the outcome as tags on the model version and as its description
-(:mod:`alignflow.registry.decision_card`), so the registry itself explains why a version
+(:mod:`alignflow.registry.decision_card`), and in the model card beside its weights
+(:mod:`alignflow.registry.model_card`), so the registry itself explains why a version
 was or was not promoted; the champion history lives in the ``champion.previous`` tag chain
 that :func:`rollback` walks back. Times are ISO 8601 (UTC).
 """
@@ -32,6 +33,7 @@ from alignflow.registry.decision_card import (
     decision_sentence,
     version_description,
 )
+from alignflow.registry.model_card import write_model_card
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.pipeline_record import run_cost
 
@@ -135,6 +137,7 @@ def promote_by_hand(tracking_uri: str, name: str, version: str) -> str | None:
     sentence = f"Promoted to champion by hand, gates not checked{replaced}."
     result = set_champion(tracking_uri, name, str(version), sentence)
     add_to_description(tracking_uri, name, str(version), sentence)
+    write_model_card(tracking_uri, name, str(version))
     return result
 
 
@@ -205,6 +208,7 @@ def promote(
             },
         )
     describe_version(tracking_uri, decision, metrics, role)
+    write_model_card(tracking_uri, name, version)  # now that the decision is known: see model_card
     return decision
 
 
@@ -270,6 +274,7 @@ def rollback(tracking_uri: str, name: str) -> tuple[str, str]:
     reason = f"Rolled back: champion returned to version {previous}."
     _set_tags(client, name, str(current.version), outcome_tags("rolled_back", reason))
     add_to_description(tracking_uri, name, str(current.version), reason)
+    write_model_card(tracking_uri, name, str(current.version))
     return str(current.version), previous
 
 

@@ -16,7 +16,6 @@ mean/std; false gives the raw head output.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -93,20 +92,3 @@ def reward_artifact_path(flavors: dict[str, Any]) -> str | None:
         return None
     artifacts = (flavors.get("python_function") or {}).get("artifacts") or {}
     return (artifacts.get(ARTIFACT) or {}).get("path")
-
-
-def download_reward_dir(model_uri: str, artifact_path: str, dst: Path) -> Path:
-    """Only the saved reward directory of a logged :class:`RewardModel`, placed at ``dst``.
-
-    It is fetched beside ``dst`` and moved in, so a local store's weights are copied once.
-    """
-    dst.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dst.parent) as scratch:
-        local = Path(
-            mlflow.artifacts.download_artifacts(artifact_uri=f"{model_uri}/{artifact_path}", dst_path=scratch)
-        )
-        if not (local / "config.json").exists():
-            raise FileNotFoundError(f"{model_uri}: no saved reward model at {artifact_path}")
-        for item in local.iterdir():
-            item.replace(dst / item.name)
-    return dst

@@ -31,8 +31,8 @@ def register_models(
     cache_hits: list[str] | None = None,
     data_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Log each model (policy: transformers flavour, reward: alignflow's reward pyfunc) and
-    register it; new versions become ``challenger``.
+    """Log each model (policy and reward: alignflow's pyfuncs, the policy serving with the
+    evaluation's decoding and dtype) and register it; new versions become ``challenger``.
 
     ``data_tags``: what the data version says of itself that every model trained on it must
     show (the reason its unjudged pairs were accepted: a tag and the version's description).
@@ -45,8 +45,15 @@ def register_models(
     uri = config.tracking.resolved_uri()
 
     def call() -> dict[str, Any]:
+        from alignflow.models.factory import inference_dtype
         from alignflow.registry.models import registered_name
         from alignflow.registry.runs import lineage_tags
+
+        dtype = inference_dtype(config.model)
+        served = {
+            "evaluation": config.evaluation,
+            "dtype": str(dtype).removeprefix("torch.") if dtype else None,
+        }
 
         tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash), **(data_tags or {})}
         versions = {}
@@ -54,7 +61,7 @@ def register_models(
             name = registered_name(config.project, role)
             stage_run = (trained_by or {}).get(role)
             reused = reused_version(uri, name, stage_run, model_dir) if role in (cache_hits or ()) else None
-            versions[role] = reused or register_version(uri, name, role, model_dir, stage_run, tags)
+            versions[role] = reused or register_version(uri, name, role, model_dir, stage_run, tags, served)
         return {"versions": versions}
 
     return run_in_stage("register", config, parent_run_id, call)
@@ -77,15 +84,24 @@ def reused_version(uri: str, name: str, stage_run: str | None, model_dir: str) -
 
 
 def register_version(
-    uri: str, name: str, role: str, model_dir: str, stage_run: str | None, tags: dict[str, str]
+    uri: str,
+    name: str,
+    role: str,
+    model_dir: str,
+    stage_run: str | None,
+    tags: dict[str, str],
+    served: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Log and register a new version, tagged with the stage output it came from."""
+    """Log and register a new version, tagged with the stage output it came from; ``served``:
+    :func:`~alignflow.registry.models.log_model`'s ``evaluation`` and ``dtype``."""
     from alignflow.registry.lineage import stage_output_tags
     from alignflow.registry.models import log_model
     from alignflow.registry.runs import ACCEPTED_UNJUDGED_TAG
 
     version_tags = {**tags, **stage_output_tags(model_dir, stage_run)}
-    logged = log_model(model_dir, uri, registered_model_name=name, name=role, tags=version_tags)
+    logged = log_model(
+        model_dir, uri, registered_model_name=name, name=role, tags=version_tags, **(served or {})
+    )
     if logged is None:
         raise RuntimeError(f"{model_dir}: logging it as {name} registered no version")
     accepted = tags.get(ACCEPTED_UNJUDGED_TAG)
