@@ -323,8 +323,12 @@ def _length(ctx: GateContext) -> list[Gate]:
 
 
 def _degeneration(ctx: GateContext) -> list[Gate]:
-    """The policy loops no more than its reference, beyond ``max_loop_rate_increase``."""
-    return gate(DEGENERATION_GATE, LOOP_RATE_VS_REFERENCE, "<=", ctx.config.max_loop_rate_increase, "high")
+    """The policy does not clearly loop more than its reference: fails when even the lower bound
+    of the increase in its loop share is above ``max_loop_rate_increase``. A guard, like the slice
+    gate: its interval is sound for few prompts, and two models that never loop are not held back
+    because a small pinned set cannot prove a tight bound on "never"."""
+    limit = ctx.config.max_loop_rate_increase
+    return gate(DEGENERATION_GATE, LOOP_RATE_VS_REFERENCE, "<=", limit, "low", min_rows=1)
 
 
 def _kl(ctx: GateContext) -> list[Gate]:

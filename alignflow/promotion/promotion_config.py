@@ -55,12 +55,13 @@ class PromotionConfig(BaseModel):
         1.5, gt=0.0, description="mean length / champion's (upper bound): catches padded answers"
     )
     max_loop_rate_increase: float | None = Field(
-        0.1,
+        0.05,
         ge=0.0,
         le=1.0,
         description="share of pinned completions that loop (evaluation.repetition) minus the reference's, "
-        "on the same prompts: the upper bound must be at most this. Catches a policy that learnt to "
-        "repeat itself (reward hacking, greedy loops) where its judges do not notice. None: not required",
+        "on the same prompts: fails when even its lower bound is above this (the policy clearly loops "
+        "more). Catches a policy that learnt to repeat itself (reward hacking, greedy loops) where its "
+        "judges do not notice. None: not required",
     )
     min_reward_accuracy: float | None = Field(0.6, ge=0.0, le=1.0, description="pinned pairs, lower bound")
     max_reward_accuracy_regression: float | None = Field(

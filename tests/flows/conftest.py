@@ -35,8 +35,6 @@ TINY_FLOW = [
     "promotion.min_win_rate_vs_reference=null",
     "promotion.max_length_growth=null",
     "promotion.min_reward_accuracy=null",
-    # 30 SFT steps leave the tiny policy repeating itself more often than its reference
-    "promotion.max_loop_rate_increase=null",
 ]
 
 

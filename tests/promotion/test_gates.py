@@ -502,6 +502,18 @@ def test_a_policy_that_loops_no_more_than_its_reference_passes_the_degeneration_
     assert [row["loops/reference"] for row in report.samples[:2]] == [False, True]
 
 
+def test_a_few_prompts_where_neither_side_loops_pass_the_degeneration_gate(pinned):
+    prompts, answers = pinned
+    few = judge_policy_completions(
+        prompts[:12], answers[:12], policy=[format_answer(n) for n in answers[:12]],
+        reference=[f"I think {n}" for n in answers[:12]],
+    ).gate_metrics()  # fmt: skip
+    [loop_gate] = [g for g in gates_for(CONFIG, "policy", False) if g.name == "loop_rate_vs_reference"]
+    [judged] = check_gates(few, [loop_gate], CONFIG.min_judged_rows)
+    # 12 prompts cannot bound "never loops" tightly (the interval reaches +0.24), yet nothing looped
+    assert judged.passed and judged.high > 0.2 and judged.n == 12
+
+
 def test_the_degeneration_gate_can_be_switched_off():
     names_on = [g.name for g in gates_for(CONFIG, "policy", False)]
     off = CONFIG.model_copy(update={"max_loop_rate_increase": None})

@@ -62,7 +62,7 @@ def test_first_model_becomes_champion_only_when_its_bound_beats_the_reference(re
     assert tags[promotion.OUTCOME_TAG] == "rejected"
     assert tags[promotion.OUTCOME_FAILED_TAG] == "champion_reward_beats_reference"
     assert tags[promotion.OUTCOME_REASON_TAG] == (
-        "Not promoted (failed: champion_reward_beats_reference): 1 of 4 gates failed; champion stays unset."
+        "Not promoted (failed: champion_reward_beats_reference): 1 of 5 gates failed; champion stays unset."
     )
     page = MlflowClient(uri).get_model_version(logged.name, logged.version).description
     assert page.startswith(f"**{tags[promotion.OUTCOME_REASON_TAG]}**")
@@ -93,8 +93,7 @@ def test_too_few_judged_rows_never_promote(registry):
     assert {r.name: r.outcome for r in decision.failed} == {
         "task_accuracy_gain": gates.INSUFFICIENT_EVIDENCE,
         "length_growth": gates.INSUFFICIENT_EVIDENCE,
-        "loop_rate_vs_reference": gates.INSUFFICIENT_EVIDENCE,
-    }
+    }  # the loop guard judges any number of prompts: no clear increase in 14, it passes
     assert models.alias_version(uri, logged.name, models.CHAMPION) is None
 
 
