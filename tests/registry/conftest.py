@@ -48,3 +48,19 @@ def mlflow_server(tmp_path_factory):
     """A real ``mlflow server`` subprocess (sqlite backend, proxied artifacts); yields it."""
     with local_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server
+
+
+@pytest.fixture
+def registry(tmp_path, tiny_model_dir):
+    """The tiny policy logged and registered in a tmp sqlite store; returns (uri, the LoggedVersion)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from alignflow.registry import models
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
+    with mlflow.start_run(experiment_id=experiment):
+        logged = models.log_model(tiny_model_dir, uri, "demo-policy", tags={"data.version": "d1"})
+    return uri, logged

@@ -9,18 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlflow
-from mlflow import MlflowClient
 
-from alignflow.registry import models, promotion
+from alignflow.registry import promotion
 from alignflow.registry.model_card import CARD_FILE, figure_rows, point_figures
 
 
-def test_a_version_with_no_evaluation_says_so_instead_of_showing_figures(tmp_path, tiny_model_dir):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlflow.set_tracking_uri(uri)
-    experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
-    with mlflow.start_run(experiment_id=experiment):
-        logged = models.log_model(tiny_model_dir, uri, "card-policy", tags={"data.version": "d1"})
+def test_a_version_with_no_evaluation_says_so_instead_of_showing_figures(registry):
+    uri, logged = registry
     promotion.promote_by_hand(uri, logged.name, logged.version)
     card = Path(mlflow.artifacts.download_artifacts(f"models:/{logged.name}/{logged.version}/{CARD_FILE}"))
     text = card.read_text()

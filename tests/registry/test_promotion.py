@@ -12,17 +12,6 @@ from alignflow.registry import models, promotion
 from tests.registry.conftest import FIRST_POLICY, MATCHES_CHAMPION, pinned_metrics
 
 
-@pytest.fixture
-def registry(tmp_path, tiny_model_dir):
-    """One real transformers-flavour model logged to a tmp sqlite store; returns (uri, name, model_uri)."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    mlflow.set_tracking_uri(uri)
-    experiment = MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "art").as_uri())
-    with mlflow.start_run(experiment_id=experiment):
-        logged = models.log_model(tiny_model_dir, uri, "demo-policy", tags={"data.version": "d1"})
-    return uri, logged
-
-
 def _new_version(uri: str, logged: models.LoggedVersion) -> str:
     return models.register(uri, logged.model_uri, logged.name, logged.run_id).version
 
