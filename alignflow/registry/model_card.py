@@ -23,6 +23,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from alignflow.registry.decision_tags import GATE_TAG_PREFIX, OUTCOME_REASON_TAG, OUTCOME_TAG, SYSTEM_METRICS
+
 CARD_FILE = "README.md"
 TRAINING_STAGES_SKIPPED = ("data", "evaluate", "register", "promote")
 SETTING_KEYS = (
@@ -71,7 +73,6 @@ def _stage_runs(tracking_uri: str, pipeline_run: str | None) -> dict[str, Run]:
 def gather(tracking_uri: str, name: str, version: str) -> Evidence:
     """A version's tags, and the evaluation and training runs of the pipeline run that made it."""
     from alignflow.registry.lineage import producing_pipeline_run
-    from alignflow.registry.promotion import SYSTEM_METRICS
 
     client = MlflowClient(tracking_uri)
     registered = client.get_model_version(name, version)
@@ -203,8 +204,6 @@ def training_section(evidence: Evidence) -> list[str]:
 
 
 def decision_section(evidence: Evidence) -> list[str]:
-    from alignflow.registry.promotion import GATE_TAG_PREFIX, OUTCOME_REASON_TAG, OUTCOME_TAG
-
     outcome = evidence.tags.get(OUTCOME_TAG)
     if outcome is None:
         return ["## Promotion decision", "", "Not decided yet.", ""]

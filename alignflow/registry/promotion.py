@@ -33,26 +33,26 @@ from alignflow.registry.decision_card import (
     decision_sentence,
     version_description,
 )
+from alignflow.registry.decision_tags import (  # noqa: F401 (the names promotion keeps, read here)
+    DECIDED_AT_TAG,
+    DECISION_TAG,
+    FAILED_GATES_TAG,
+    GATE_TAG_PREFIX,
+    GATES_TAG,
+    JUDGE_AUDIT_TAG,
+    JUDGES_TAG,
+    MAX_TAG_VALUE,
+    OUTCOME_FAILED_TAG,
+    OUTCOME_REASON_TAG,
+    OUTCOME_TAG,
+    PREVIOUS_CHAMPION_TAG,
+    PROMOTED_AT_TAG,
+    REASON_TAG,
+    SYSTEM_METRICS,
+)
 from alignflow.registry.model_card import write_model_card
 from alignflow.registry.models import CHAMPION, version_by_alias
 from alignflow.registry.pipeline_record import run_cost
-
-DECISION_TAG = "promotion.decision"
-FAILED_GATES_TAG = "promotion.failed_gates"
-GATES_TAG = "promotion.gates"
-GATE_TAG_PREFIX = "promotion.gate."
-JUDGES_TAG = "promotion.judges"
-JUDGE_AUDIT_TAG = "promotion.judge_audit"
-REASON_TAG = "promotion.reason"
-PREVIOUS_CHAMPION_TAG = "champion.previous"
-PROMOTED_AT_TAG = "champion.promoted_at"
-# the decision in a few short tags, for the version page and search (beside the promotion.* ones)
-OUTCOME_TAG = "decision"
-OUTCOME_REASON_TAG = "decision.reason"
-OUTCOME_FAILED_TAG = "decision.failed_gates"
-DECIDED_AT_TAG = "decision.decided_at"
-MAX_TAG_VALUE = 5000
-SYSTEM_METRICS = "system/"  # MLflow's system metrics, on every run the CLI starts
 
 
 def record_metrics(tracking_uri: str, name: str, version: str, metrics: Mapping[str, float]) -> None:
