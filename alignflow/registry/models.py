@@ -263,9 +263,14 @@ def download_model_dir(tracking_uri: str, name: str, alias_or_version: str, dst:
 
 
 def saved_dir_path(flavors: dict[str, Any]) -> str | None:
-    """Where a logged policy or reward pyfunc keeps the saved model directory; None for a model
-    in MLflow's transformers flavour (versions logged before the policy pyfunc, LoRA classifiers)."""
-    return reward_pyfunc.reward_artifact_path(flavors) or policy_pyfunc.policy_artifact_path(flavors)
+    """Where a logged policy or reward pyfunc keeps the saved model directory (from its MLmodel
+    flavours); None for a model in MLflow's transformers flavour (versions logged before the
+    policy pyfunc, LoRA classifiers)."""
+    if "transformers" in flavors:
+        return None
+    artifacts = (flavors.get("python_function") or {}).get("artifacts") or {}
+    saved = artifacts.get(reward_pyfunc.ARTIFACT) or artifacts.get(policy_pyfunc.ARTIFACT) or {}
+    return saved.get("path")
 
 
 def download_saved_dir(model_uri: str, artifact_path: str, dst: Path) -> Path:

@@ -234,11 +234,3 @@ def log_policy_model(
             "seed": evaluation.seed,
         },
     )
-
-
-def policy_artifact_path(flavors: dict[str, Any]) -> str | None:
-    """Where a logged :class:`PolicyModel` keeps the saved policy directory; None for any other model."""
-    if "transformers" in flavors:
-        return None
-    artifacts = (flavors.get("python_function") or {}).get("artifacts") or {}
-    return (artifacts.get(ARTIFACT) or {}).get("path")

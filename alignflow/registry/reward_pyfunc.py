@@ -83,12 +83,3 @@ def log_reward_model(
         pip_requirements=pip_requirements,
         metadata=metadata,
     )
-
-
-def reward_artifact_path(flavors: dict[str, Any]) -> str | None:
-    """Where a logged :class:`RewardModel` keeps the saved reward directory (from its MLmodel
-    flavours); None for any other model."""
-    if "transformers" in flavors:
-        return None
-    artifacts = (flavors.get("python_function") or {}).get("artifacts") or {}
-    return (artifacts.get(ARTIFACT) or {}).get("path")
