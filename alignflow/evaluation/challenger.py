@@ -356,9 +356,10 @@ def decoding_metrics(config: EvaluationConfig) -> dict[str, float | None]:
     """The settings every pinned completion was decoded with, kept beside the figures they
     produced (a loop share under greedy decoding is not one under sampling). No repetition
     penalty is applied: the figures show the model's own habit."""
+    decoded = config.decoding()
     return {
-        DECODING_MAX_NEW_TOKENS: float(config.max_new_tokens),
-        DECODING_DO_SAMPLE: float(config.do_sample),
-        DECODING_TEMPERATURE: float(config.temperature) if config.do_sample else None,
+        DECODING_MAX_NEW_TOKENS: float(decoded["max_new_tokens"]),
+        DECODING_DO_SAMPLE: float(decoded["do_sample"]),
+        DECODING_TEMPERATURE: float(decoded["temperature"]) if decoded["do_sample"] else None,
         DECODING_REPETITION_PENALTY: 1.0,
     }

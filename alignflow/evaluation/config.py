@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # metadata fields that declare a slice of the pinned set (evaluation.slices), where present
 DEFAULT_SLICE_FIELDS = ("slice", "problem_id", "subset", "category")
+
+
+class Decoding(TypedDict):
+    """An evaluation's decoding settings, as ``generate`` takes them."""
+
+    max_new_tokens: int
+    do_sample: bool
+    temperature: float
 
 
 class LLMJudgeConfig(BaseModel):
@@ -69,3 +77,10 @@ class EvaluationConfig(BaseModel):
     min_slice_items: int = Field(
         2, ge=1, description="a slice with fewer judged items is not judged (one item is not a slice)"
     )
+
+    def decoding(self) -> Decoding:
+        """How every completion of an evaluation is decoded: what ``generate`` is given, what the
+        pinned-set figures record beside them and what a served policy defaults to."""
+        return Decoding(
+            max_new_tokens=self.max_new_tokens, do_sample=self.do_sample, temperature=self.temperature
+        )

@@ -206,16 +206,8 @@ def evaluate_policy_completions(
 
 def generate_answers(model: Any, tokenizer: Any, prompts: list[Any], config: EvaluationConfig) -> list[str]:
     """Completions with the evaluation's decoding settings (greedy unless the config samples)."""
-    return generate(
-        model,
-        tokenizer,
-        prompts,
-        max_new_tokens=config.max_new_tokens,
-        do_sample=config.do_sample,
-        temperature=config.temperature,
-        batch_size=config.batch_size,
-        seed=config.seed,
-    )
+    settings = config.decoding()
+    return generate(model, tokenizer, prompts, batch_size=config.batch_size, seed=config.seed, **settings)
 
 
 Complete = Callable[[Any, Any, list[Any]], list[str]]

@@ -55,12 +55,7 @@ def evaluation_decoding(evaluation: EvaluationConfig, model_dir: Path) -> dict[s
     """How the evaluation decoded: its ``max_new_tokens``, greedy unless it sampled, its
     temperature, and the ``top_p`` it sampled with (the model's generation config, else 1.0)."""
     saved = json.loads(text) if (text := _read(model_dir / "generation_config.json")) else {}
-    return {
-        "max_new_tokens": evaluation.max_new_tokens,
-        "temperature": evaluation.temperature,
-        "top_p": float(saved.get("top_p") or 1.0),
-        "do_sample": evaluation.do_sample,
-    }
+    return {**evaluation.decoding(), "top_p": float(saved.get("top_p") or 1.0)}
 
 
 def _read(path: Path) -> str | None:
