@@ -51,6 +51,7 @@ from alignflow.registry.lineage import (
     champion_copy,
     champion_version,
     link_reused_version,
+    run_finished,
     trained_on,
 )
 from alignflow.registry.pipeline_record import run_name
@@ -153,8 +154,8 @@ def _train_and_promote(stages: Stages, summary: RunSummary) -> None:
 
     trained_chain = plan.run_chain(run_step)
     reward, policy = trained_chain["reward"], trained_chain["policy"]
-    champ_dir, champ_version = champion_copy(uri, project, plan.out_root)
-    judge_dir, judge_version = champion_copy(uri, project, plan.out_root, "reward")
+    champ_dir, champ_version = champion_copy(uri, project, plan.out_root, "policy", stages.parent)
+    judge_dir, judge_version = champion_copy(uri, project, plan.out_root, "reward", stages.parent)
     golden = summary.golden or {}
     golden_version = golden.get("version", "")
     upstream = plan.evaluation_upstream(trained_chain, champ_version, judge_version, golden_version)
@@ -293,7 +294,9 @@ def _run_pipeline(stages: Stages, summary: RunSummary, repo_dir: str, force: boo
     mlflow.log_artifact(data["manifest_path"], "data")
     uri = plan.config.tracking.resolved_uri()
     champion = None if force else champion_version(uri, plan.config.project)
-    if champion is not None and trained_on(champion, data["version"], plan.config_hash):
+    unchanged = champion is not None and trained_on(champion, data["version"], plan.config_hash)
+    # a killed run's rerun finds its own champion, but the run that moved it has work left
+    if champion is not None and unchanged and run_finished(uri, champion):
         mark_nothing_to_do(summary, uri, champion)
         show_champion_stages(summary)
         mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")

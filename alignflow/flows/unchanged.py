@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from alignflow.config import PipelineConfig
 from alignflow.flows.summary import RunSummary, StageOutcome
 from alignflow.plan import RunPlan
-from alignflow.registry.lineage import champion_version, pipeline_summary, trained_on
+from alignflow.registry.lineage import champion_version, pipeline_summary, run_finished, trained_on
 
 if TYPE_CHECKING:  # mlflow is imported only when the check runs
     from mlflow.entities.model_registry import ModelVersion
@@ -68,6 +68,8 @@ def check_before_flow(config: PipelineConfig, repo_dir: str | Path = ".") -> Run
     data_started = time.perf_counter()
     tracked = find_tracked_version(plan.data_source(repo_dir), config.data, repo_dir)
     if tracked is None or not trained_on(champion, tracked.version, plan.config_hash):
+        return None
+    if not run_finished(uri, champion):  # a killed run's rerun: the flow finishes its job
         return None
     summary = RunSummary(
         project=config.project, data_version=tracked.version, config_hash=plan.config_hash, tracking_uri=uri

@@ -55,6 +55,22 @@ def producing_pipeline_run(tracking_uri: str, version: ModelVersion) -> str | No
         return None
 
 
+def run_finished(tracking_uri: str, version: ModelVersion) -> bool:
+    """Whether the pipeline run that registered ``version`` ran to its end. A run killed after
+    it moved ``champion`` did not: its other decisions and its summary are still to come, so a
+    rerun on the same data and config has work left (registered by hand: nothing to finish)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    parent_id = producing_pipeline_run(tracking_uri, version)
+    if parent_id is None:
+        return True
+    try:
+        return MlflowClient(tracking_uri).get_run(parent_id).info.status == "FINISHED"
+    except MlflowException:
+        return True  # the run is gone: nothing of it to finish
+
+
 def pipeline_summary(tracking_uri: str, version: ModelVersion) -> dict[str, Any] | None:
     """The summary of the pipeline run that trained ``version``; None for one registered by hand."""
     import mlflow
@@ -107,14 +123,30 @@ def link_reused_version(tracking_uri: str, run_id: str, role: str, version: str,
     client.set_tag(run_id, REUSED_VERSION_TAG.format(role=role), str(version))
 
 
+def champion_before_run(tracking_uri: str, name: str, pipeline_run: str | None) -> str | None:
+    """The champion version of ``name`` as ``pipeline_run`` found it: where a killed attempt of
+    that very run already moved ``champion`` to its own model, the version it replaced (its
+    ``champion.previous``), so that the rerun judges against what the run first judged against."""
+    from alignflow.registry import models as registry_models
+    from alignflow.registry.decision_tags import PREVIOUS_CHAMPION_TAG
+
+    current = registry_models.version_by_alias(tracking_uri, name, registry_models.CHAMPION)
+    if current is None:
+        return None
+    if pipeline_run is None or producing_pipeline_run(tracking_uri, current) != pipeline_run:
+        return str(current.version)
+    return (current.tags or {}).get(PREVIOUS_CHAMPION_TAG) or None
+
+
 def champion_copy(
-    tracking_uri: str, project: str, out_root: Path, role: str = "policy"
+    tracking_uri: str, project: str, out_root: Path, role: str = "policy", pipeline_run: str | None = None
 ) -> tuple[str | None, str]:
-    """A local copy of the current champion of ``role`` and its version ("" when there is none)."""
+    """A local copy of ``role``'s champion and its version ("" when there is none); given the
+    ``pipeline_run`` asking, the champion as that run first found it (:func:`champion_before_run`)."""
     from alignflow.registry import models as registry_models
 
     name = registry_models.registered_name(project, role)
-    version = registry_models.alias_version(tracking_uri, name, registry_models.CHAMPION)
+    version = champion_before_run(tracking_uri, name, pipeline_run)
     if version is None:
         return None, ""
     target = out_root / f"champion-{role}-v{version}"

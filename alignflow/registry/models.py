@@ -29,6 +29,7 @@ from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
+from alignflow.kill_points import kill_point
 from alignflow.logs import logger_level
 from alignflow.registry import policy_pyfunc, reward_pyfunc
 
@@ -165,6 +166,7 @@ def log_model(
     if registered_model_name is None:
         return None
     version_tags = {**(tags or {}), MODEL_KIND_TAG: task, **({BASE_MODEL_TAG: base} if base else {})}
+    kill_point("register.logged")
     return register(tracking_uri, info.model_uri, registered_model_name, run.info.run_id, version_tags)
 
 
@@ -194,6 +196,7 @@ def register(
         tags={k: str(v) for k, v in (tags or {}).items()},
         model_id=logged_model_id(model_uri),
     )
+    kill_point("register.versioned")
     client.set_registered_model_alias(registered_model_name, CHALLENGER, version.version)
     return LoggedVersion(registered_model_name, str(version.version), model_uri, run_id or "")
 

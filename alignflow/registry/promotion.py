@@ -25,6 +25,7 @@ from mlflow.entities import Metric
 from alignflow.evaluation.cost import cost_line
 from alignflow.evaluation.metric_names import ANSWERS, TASK_ACCURACY_GAIN
 from alignflow.evaluation.rl_stage import rl_gain_line
+from alignflow.kill_points import kill_point
 from alignflow.promotion.gates import GateResult, JudgeAudit, PromotionDecision, Role, decide, metric_number
 from alignflow.promotion.promotion_config import PromotionConfig
 from alignflow.registry.decision_card import (
@@ -160,6 +161,18 @@ def decision_tags(decision: PromotionDecision) -> dict[str, str]:
     return tags
 
 
+def champion_before(tracking_uri: str, name: str, version: str) -> str | None:
+    """The champion ``version`` is judged against: the alias's version, or, where a killed run
+    had already moved the alias to ``version``, the one it replaced (its ``champion.previous``
+    tag), so that the rerun decides with the same gates as the run it finishes."""
+    current = version_by_alias(tracking_uri, name, CHAMPION)
+    if current is None:
+        return None
+    if str(current.version) != version:
+        return str(current.version)
+    return (current.tags or {}).get(PREVIOUS_CHAMPION_TAG) or None
+
+
 def promote(
     tracking_uri: str,
     name: str,
@@ -183,11 +196,11 @@ def promote(
     """
     client = MlflowClient(tracking_uri)
     version = str(version)
-    current = version_by_alias(tracking_uri, name, CHAMPION)
-    champion = str(current.version) if current is not None else None
+    champion = champion_before(tracking_uri, name, version)
     decision = decide(name, version, metrics, config, role, champion, judges, human, details, policy_promoted)
     record_metrics(tracking_uri, name, version, metrics)
     _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision), **audit_tag(audits or {})})
+    kill_point("promote.tagged")
     if decision.promoted:
         set_champion(tracking_uri, name, version, decision_sentence(decision))
     else:
@@ -207,7 +220,9 @@ def promote(
                 FAILED_GATES_TAG: json.dumps(failed, sort_keys=True)[:MAX_TAG_VALUE],
             },
         )
+    kill_point("promote.decided")
     describe_version(tracking_uri, decision, metrics, role)
+    kill_point("promote.described")
     write_model_card(tracking_uri, name, version)  # now that the decision is known: see model_card
     return decision
 

@@ -109,14 +109,16 @@ def owner_gone(owner: str | None) -> bool:
         return True
 
 
-def orphaned_runs(client: MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> list[Run]:
+def orphaned_runs(
+    client: MlflowClient, experiment_id: str, tags: Mapping[str, str], finished_too: bool = False
+) -> list[Run]:
     """Runs still RUNNING whose process was killed, carrying every one of ``tags``: the runs a
-    rerun of the same command continues instead of starting new ones. Newest first."""
-    matches = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    rerun of the same command continues instead of starting new ones. Newest first.
+    ``finished_too``: also the runs such a process had ended before it was killed."""
+    conditions = [] if finished_too else ["attributes.status = 'RUNNING'"]
+    conditions += [f"tags.`{k}` = '{v}'" for k, v in tags.items()]
     found = client.search_runs(
-        [experiment_id],
-        filter_string="attributes.status = 'RUNNING'" + (f" and {matches}" if matches else ""),
-        order_by=["attributes.start_time DESC"],
+        [experiment_id], filter_string=" and ".join(conditions), order_by=["attributes.start_time DESC"]
     )
     return [r for r in found if owner_gone(r.data.tags.get(OWNER_TAG))]
 
@@ -177,10 +179,11 @@ def stage_run(
     parent = client.get_run(parent_run_id)
     inherited = {k: parent.data.tags[k] for k in LINEAGE_TAGS if k in parent.data.tags}
     merged = {**inherited, STAGE_TAG: stage, **_string_tags(tags), OWNER_TAG: owner_tag()}
-    killed = orphaned_runs(
-        client, parent.info.experiment_id, {PARENT_RUN_TAG: parent_run_id, STAGE_TAG: stage}
-    )
-    if killed:  # this stage was running when its process was killed: its run goes on
+    # under a parent run continued after a kill, the stage's run of the killed process goes on,
+    # whether the kill caught it running or it had ended: one run per stage, not one per attempt
+    same_stage = {PARENT_RUN_TAG: parent_run_id, STAGE_TAG: stage}
+    killed = orphaned_runs(client, parent.info.experiment_id, same_stage, finished_too=True)
+    if killed:
         with mlflow.start_run(run_id=killed[0].info.run_id, nested=True, tags=merged) as run:
             _count_continuation(client, killed[0])
             yield run

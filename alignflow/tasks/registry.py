@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import task
 
+from alignflow.kill_points import kill_point
 from alignflow.tasks.caching import stage_cache_key
 from alignflow.tasks.retry import retry_transient
 from alignflow.tasks.stage_task import pipeline_config, run_in_stage
@@ -62,18 +63,32 @@ def register_models(
             stage_run = (trained_by or {}).get(role)
             reused = reused_version(uri, name, stage_run, model_dir) if role in (cache_hits or ()) else None
             versions[role] = reused or register_version(uri, name, role, model_dir, stage_run, tags, served)
+        kill_point("register.done")
         return {"versions": versions}
 
     return run_in_stage("register", config, parent_run_id, call)
 
 
 def reused_version(uri: str, name: str, stage_run: str | None, model_dir: str) -> dict[str, Any] | None:
-    """The registered version logged from this (cached) stage output, as a ``versions`` entry."""
+    """The registered version logged from this (cached) stage output, as a ``versions`` entry.
+
+    A version with no decision yet was registered by a run killed before it promoted: it is
+    this run's challenger, made again (the alias a kill may have cut off) and decided by the
+    promote task, not registered twice and not passed over as already decided.
+    """
+    from mlflow import MlflowClient
+
+    from alignflow.registry.decision_tags import DECISION_TAG
     from alignflow.registry.lineage import producing_pipeline_run, version_from_stage
+    from alignflow.registry.models import CHALLENGER
 
     version = version_from_stage(uri, name, stage_run, model_dir)
     if version is None:
         return None
+    if DECISION_TAG not in (version.tags or {}):
+        MlflowClient(uri).set_registered_model_alias(name, CHALLENGER, str(version.version))
+        number = str(version.version)
+        return {"name": name, "version": number, "model_uri": f"models:/{name}/{number}"}
     return {
         "name": name,
         "version": str(version.version),

@@ -87,6 +87,23 @@ def test_too_few_judged_rows_never_promote(registry):
 
 
 @pytest.mark.slow
+def test_a_promotion_killed_after_the_alias_moved_is_decided_again_against_the_champion_it_replaced(registry):
+    """The rerun of a run killed between "champion moved" and "described" judges the version
+    against the champion it replaced, not against itself: the same gates, the same page."""
+    uri, logged = registry
+    config = PromotionConfig(max_kl=1.0)
+    assert promotion.promote(uri, logged.name, logged.version, GOOD, config, "policy", JUDGES).promoted
+    second = _new_version(uri, logged)
+    promotion.set_champion(uri, logged.name, second, "promoted")  # the killed run got this far
+    decision = promotion.promote(uri, logged.name, second, GOOD, config, "policy", JUDGES)
+    assert decision.promoted and decision.previous_champion == logged.version
+    assert models.alias_version(uri, logged.name, models.CHAMPION) == second
+    tags = MlflowClient(uri).get_model_version(logged.name, second).tags
+    assert tags[promotion.PREVIOUS_CHAMPION_TAG] == logged.version
+    assert promotion.rollback(uri, logged.name) == (second, logged.version)  # the history is whole
+
+
+@pytest.mark.slow
 def test_worse_challenger_leaves_champion_and_carries_failed_gates_then_rollback(registry):
     uri, logged = registry
     client = MlflowClient(uri)

@@ -97,6 +97,8 @@ import mlflow
 from alignflow.registry import runs
 uri, same = sys.argv[1], {"config.hash": "cfg123", "alignflow.pipeline": "retrain"}
 with runs.pipeline_run(uri, "demo", "pipeline", {**same}, continue_killed=same) as parent:
+    with runs.stage_run(uri, parent.info.run_id, "data"):
+        mlflow.log_metric("data/train", 100.0)
     with runs.stage_run(uri, parent.info.run_id, "sft"):
         mlflow.log_metric("train/loss", 3.0, step=1)
         mlflow.log_metric("train/loss", 2.0, step=2)
@@ -113,18 +115,23 @@ def test_a_rerun_after_a_sigkill_continues_the_killed_parent_and_stage_runs(tmp_
     assert killed.returncode == -9
     client = MlflowClient(uri)
     found = client.search_runs([client.get_experiment_by_name("demo").experiment_id])
-    assert {r.info.status for r in found} == {"RUNNING"} and len(found) == 2  # what a kill leaves
+    statuses = sorted((r.data.tags.get(runs.STAGE_TAG, "parent"), r.info.status) for r in found)
+    assert statuses == [("data", "FINISHED"), ("parent", "RUNNING"), ("sft", "RUNNING")]  # what a kill leaves
     [left] = [r for r in found if runs.STAGE_TAG not in r.data.tags]
+    [data_run] = [r for r in found if r.data.tags.get(runs.STAGE_TAG) == "data"]
 
     with runs.pipeline_run(uri, "demo", "pipeline", same, continue_killed=same) as parent:
+        with runs.stage_run(uri, parent.info.run_id, "data") as data:  # the rerun does it again
+            pass
         with runs.stage_run(uri, parent.info.run_id, "sft") as stage:
             mlflow.log_metric("train/loss", 1.0, step=3)
         with runs.stage_run(uri, parent.info.run_id, "reward"):
             pass
     every = client.search_runs([parent.info.experiment_id])
-    assert len(every) == 3 and {r.info.status for r in every} == {"FINISHED"}
+    assert len(every) == 4 and {r.info.status for r in every} == {"FINISHED"}  # one run per stage
     by_stage = {r.data.tags.get(runs.STAGE_TAG): r for r in every}
     assert by_stage[None].info.run_id == left.info.run_id == parent.info.run_id
+    assert by_stage["data"].info.run_id == data.info.run_id == data_run.info.run_id
     assert by_stage["sft"].info.run_id == stage.info.run_id
     assert (
         by_stage[None].data.tags[runs.CONTINUED_TAG] == by_stage["sft"].data.tags[runs.CONTINUED_TAG] == "1"

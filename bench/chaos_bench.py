@@ -1,0 +1,395 @@
+"""Kill the demo flow at seeded random moments, rerun it, and check that nothing was lost or doubled.
+
+One uninterrupted run of ``alignflow run`` (the embedded demo) in a workspace of its own gives
+the reference: its champion's weights, its wall time and how long each stage took. Then, in a
+fresh workspace each, the same command is SIGKILLed (its whole process group, Prefect's API
+included) once, and run again as a user would, plainly:
+
+* in a training or evaluation stage, a seeded random share of that stage's reference time after
+  the run's log says it started;
+* at each of the registry's kill points (:mod:`alignflow.kill_points`): the moments between two
+  registry writes that a random time almost never hits.
+
+After each rerun the checks read the workspace's MLflow store: the champion's weights (sha256
+of its registered safetensors) equal the reference's, one registry version per trained model,
+each version decided and ``champion`` only on a promoted one, one MLflow run per stage (the
+killed one continued, none left RUNNING) under one parent run, and every input row accounted for
+(kept or quarantined). Writes ``bench/results/chaos.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SEED = 0
+TIMED_STAGES = ("data", "sft", "reward", "policy", "evaluate")
+TIMEOUT_S = 1800
+_LOG_LINE = re.compile(r"^(\S+ \S+) INFO alignflow\.flows\.retrain: (\w+): (started|done in ([0-9.]+)s)")
+
+
+@dataclass
+class Rerun:
+    """One kill and the plain rerun after it, with what the checks found."""
+
+    moment: str  # what was aimed at: "sft, 0.42 of its time" or "kill point register.versioned"
+    killed_in: str  # the stage the run's log had open when the kill landed
+    rerun_s: float
+    checks: dict[str, bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(self.checks.values())
+
+
+# ---------------------------------------------------------------- running the CLI
+
+
+def environment(workspace: Path, kill_at: str | None = None) -> dict[str, str]:
+    """A user's shell in ``workspace``: no tracking URI or Prefect API from around it."""
+    from alignflow.kill_points import KILL_AT_ENV
+
+    foreign = ("MLFLOW_TRACKING_URI", "PREFECT_API_", "PYTEST_", KILL_AT_ENV)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(foreign)}
+    env |= {"PREFECT_HOME": str(workspace / "prefect-home"), "HF_HUB_OFFLINE": "1"}
+    return env | ({KILL_AT_ENV: kill_at} if kill_at else {})
+
+
+def start(workspace: Path, overrides: list[str], kill_at: str | None = None) -> subprocess.Popen:
+    """``alignflow run`` in ``workspace``, the leader of its own process group."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    log = (workspace / "cli.log").open("a")
+    return subprocess.Popen(
+        [sys.executable, "-m", "alignflow.cli", "run", "--quiet", *sets, "--summary-json", "summary.json"],
+        cwd=workspace,
+        env=environment(workspace, kill_at),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the run and everything it started (the ephemeral Prefect API too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_to_end(workspace: Path, overrides: list[str]) -> tuple[float, dict[str, Any]]:
+    """The plain command, to its end: its wall time and its summary."""
+    started = time.perf_counter()
+    proc = start(workspace, overrides)
+    try:
+        code = proc.wait(timeout=TIMEOUT_S)
+    finally:
+        kill_group(proc)  # a leftover child (an API server) must not outlive the run
+    if code != 0:
+        tail = (workspace / "cli.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"alignflow run in {workspace} exited {code}:\n{tail}")
+    return time.perf_counter() - started, json.loads((workspace / "summary.json").read_text())
+
+
+def stage_events(workspace: Path) -> list[tuple[str, str, float | None]]:
+    """``(stage, "started" | "done", seconds)`` in the order the run logs wrote them."""
+    events = []
+    for path in sorted((workspace / ".alignflow" / "logs").glob("run-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            match = _LOG_LINE.match(line)
+            if match:
+                _, stage, what, seconds = match.groups()
+                events.append((stage, what.split()[0], float(seconds) if seconds else None))
+    return events
+
+
+def open_stage(workspace: Path) -> str:
+    """The stage the log says was running last (started, not done), or ``between stages``."""
+    running: list[str] = []
+    for stage, what, _ in stage_events(workspace):
+        if what == "started":
+            running.append(stage)
+        elif stage in running:
+            running.remove(stage)
+    return running[-1] if running else "between stages"
+
+
+def stage_seconds(workspace: Path) -> dict[str, float]:
+    return {stage: seconds for stage, what, seconds in stage_events(workspace) if seconds is not None}
+
+
+def kill_when(workspace: Path, overrides: list[str], ready: Callable[[], bool], after_s: float = 0.0) -> str:
+    """Start the run, wait until ``ready()``, SIGKILL it ``after_s`` later; the stage it was in
+    then (the run may have moved on or ended: the checks hold whichever)."""
+    proc = start(workspace, overrides)
+    deadline = time.monotonic() + TIMEOUT_S
+    while proc.poll() is None and time.monotonic() < deadline and not ready():
+        time.sleep(0.05)
+    time.sleep(after_s)
+    finished = proc.poll() is not None
+    kill_group(proc)
+    return "after the end" if finished else open_stage(workspace)
+
+
+def kill_in_stage(workspace: Path, overrides: list[str], stage: str, after_s: float) -> str:
+    """SIGKILL the run ``after_s`` after its log says ``stage`` started."""
+
+    def started() -> bool:
+        return any(s == stage and what == "started" for s, what, _ in stage_events(workspace))
+
+    return kill_when(workspace, overrides, started, after_s)
+
+
+def kill_at_point(workspace: Path, overrides: list[str], point: str) -> str:
+    """Run with ``ALIGNFLOW_KILL_AT=point``: the run kills itself there."""
+    proc = start(workspace, overrides, kill_at=point)
+    try:
+        code = proc.wait(timeout=TIMEOUT_S)
+    finally:
+        kill_group(proc)
+    if code != -signal.SIGKILL:
+        raise RuntimeError(f"the run never reached kill point {point} (exit {code})")
+    return open_stage(workspace)
+
+
+# ---------------------------------------------------------------- what the store says
+
+
+def tracking_uri(workspace: Path) -> str:
+    return f"sqlite:///{workspace / 'mlflow.db'}"
+
+
+def champion_weights(uri: str, name: str) -> str | None:
+    """sha256 over the safetensors files the registry holds for ``name@champion``."""
+    import hashlib
+
+    import mlflow
+
+    from alignflow.registry.models import CHAMPION, alias_version
+
+    if alias_version(uri, name, CHAMPION) is None:
+        return None
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    mlflow.set_tracking_uri(uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{CHAMPION}", dst_path=tmp))
+        digest = hashlib.sha256()
+        for path in sorted(root.rglob("*.safetensors")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+
+def registry_checks(uri: str) -> tuple[dict[str, bool], list[str]]:
+    """One version per registered model, each with its decision, champion only on a promoted one."""
+    from mlflow import MlflowClient
+
+    from alignflow.registry.decision_tags import DECISION_TAG
+    from alignflow.registry.models import CHAMPION, alias_version
+
+    client = MlflowClient(uri)
+    notes, one, decided, alias_ok = [], True, True, True
+    for model in client.search_registered_models():
+        versions = client.search_model_versions(f"name = '{model.name}'")
+        one &= len(versions) == 1
+        undecided = [v.version for v in versions if DECISION_TAG not in (v.tags or {})]
+        decided &= not undecided
+        champion = alias_version(uri, model.name, CHAMPION)
+        outcome = next((v.tags.get(DECISION_TAG) for v in versions if str(v.version) == champion), None)
+        alias_ok &= champion is None or outcome == "promoted"
+        notes.append(
+            f"{model.name}: {len(versions)} version(s), champion {champion or '-'}"
+            + (f", undecided {undecided}" if undecided else "")
+        )
+    return {
+        "one version per model": one,
+        "every version decided": decided,
+        "champion only if promoted": alias_ok,
+    }, notes
+
+
+def run_checks(uri: str) -> tuple[dict[str, bool], list[str]]:
+    """One parent run, one run per stage under it, none left RUNNING."""
+    from mlflow import MlflowClient
+
+    from alignflow.registry.runs import PARENT_RUN_TAG, STAGE_TAG
+
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, max_results=1000)
+    parents = [r for r in runs if PARENT_RUN_TAG not in r.data.tags]
+    stages: dict[str, int] = {}
+    for r in runs:
+        if PARENT_RUN_TAG in r.data.tags:
+            name = r.data.tags.get(STAGE_TAG, r.info.run_name)
+            stages[name] = stages.get(name, 0) + 1
+    running = [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+    doubled = {s: n for s, n in stages.items() if n > 1}
+    notes = [f"{len(parents)} parent run(s), stage runs {dict(sorted(stages.items()))}"]
+    notes += [f"left RUNNING: {running}"] if running else []
+    checks = {
+        "one parent run": len(parents) == 1,
+        "one run per stage": not doubled,
+        "no run left RUNNING": not running,
+    }
+    return checks, notes
+
+
+def data_manifest(uri: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """The data manifest the parent run logged (``data/manifest.json``): read from the store."""
+    import mlflow
+
+    path = mlflow.artifacts.download_artifacts(
+        run_id=summary["parent_run_id"], artifact_path="data/manifest.json", tracking_uri=uri
+    )
+    return json.loads(Path(path).read_text())
+
+
+def rows_accounted(manifest: dict[str, Any], input_rows: int) -> bool:
+    """The manifest's counts add up to its input rows, as many as the reference read."""
+    return bool(manifest["counts_add_up"]) and manifest["input_rows"] == input_rows
+
+
+def check(
+    workspace: Path, summary: dict[str, Any], reference: dict[str, Any]
+) -> tuple[dict[str, bool], list[str]]:
+    uri = tracking_uri(workspace)
+    checks = {
+        role: champion_weights(uri, name) == reference["weights"][role]
+        for role, name in reference["names"].items()
+    }
+    checks = {f"{role} champion weights as uninterrupted": ok for role, ok in checks.items()}
+    registry, notes = registry_checks(uri)
+    runs, run_notes = run_checks(uri)
+    rows = {
+        "every input row accounted for": rows_accounted(data_manifest(uri, summary), reference["input_rows"])
+    }
+    return {**checks, **registry, **runs, **rows}, notes + run_notes
+
+
+# ---------------------------------------------------------------- the plan and the report
+
+
+def moments(seed: int = SEED, stages: tuple[str, ...] = TIMED_STAGES) -> list[tuple[str, Any]]:
+    """The kills, seeded: ``("stage", (name, share of its time))`` per timed stage, then every
+    registry kill point as ``("point", name)``."""
+    from alignflow.kill_points import POINTS
+
+    rng = random.Random(seed)
+    timed: list[tuple[str, Any]] = [("stage", (stage, round(rng.uniform(0.05, 0.95), 2))) for stage in stages]
+    return timed + [("point", name) for name in POINTS]
+
+
+def reference_run(root: Path, overrides: list[str]) -> dict[str, Any]:
+    from alignflow.registry.models import registered_name
+
+    workspace = root / "uninterrupted"
+    wall, summary = run_to_end(workspace, overrides)
+    uri = tracking_uri(workspace)
+    project = summary["project"]
+    names = {role: registered_name(project, role) for role in ("policy", "reward")}
+    weights = {role: champion_weights(uri, name) for role, name in names.items()}
+    return {
+        "wall_s": wall,
+        "stage_s": stage_seconds(workspace),
+        "names": {role: name for role, name in names.items() if weights[role]},
+        "weights": weights,
+        "input_rows": int(data_manifest(uri, summary)["input_rows"]),
+        "summary": summary,
+        "workspace": workspace,
+    }
+
+
+def kill_and_rerun(
+    root: Path, overrides: list[str], index: int, kind: str, what: Any, reference: dict
+) -> Rerun:
+    workspace = root / f"kill-{index:02d}"
+    if kind == "stage":
+        stage, share = what
+        after = share * reference["stage_s"].get(stage, 0.0)
+        killed_in = kill_in_stage(workspace, overrides, stage, after)
+        moment = f"{stage}, {share:.2f} of its time ({after:.1f} s in)"
+    else:
+        killed_in = kill_at_point(workspace, overrides, what)
+        moment = f"kill point `{what}`"
+    rerun_s, summary = run_to_end(workspace, overrides)
+    checks, notes = check(workspace, summary, reference)
+    return Rerun(moment, killed_in, rerun_s, checks, notes)
+
+
+def run_chaos(root: Path, overrides: list[str], seed: int = SEED) -> tuple[dict[str, Any], list[Rerun]]:
+    reference = reference_run(root, overrides)
+    reruns = [
+        kill_and_rerun(root, overrides, i, kind, what, reference)
+        for i, (kind, what) in enumerate(moments(seed), start=1)
+    ]
+    return reference, reruns
+
+
+def to_markdown(reference: dict[str, Any], reruns: list[Rerun], machine: str, seed: int) -> str:
+    passed = sum(r.passed for r in reruns)
+    check_names = list(reruns[0].checks) if reruns else []
+    lines = [
+        "# Kill anything: the demo flow SIGKILLed and rerun",
+        "",
+        "Generated by `python -m bench chaos` (`bench/chaos_bench.py`): the embedded demo (`alignflow run`),",
+        "once uninterrupted, then in a fresh workspace per kill, SIGKILLed (the whole process group) at a",
+        f"seeded moment (seed {seed}) and run again with the same plain command. Every figure is read from",
+        "the workspace's MLflow store after the rerun.",
+        "",
+        f"Machine: {machine}.",
+        "",
+        f"**{passed} of {len(reruns)} kills: every check held after the rerun.** Uninterrupted run:"
+        f" {reference['wall_s']:.1f} s wall (stages: "
+        + ", ".join(f"{s} {v:.1f} s" for s, v in reference["stage_s"].items())
+        + ").",
+        "",
+        "| # | aimed at | killed in | rerun wall | rerun / uninterrupted | "
+        + " | ".join(check_names)
+        + " | what the store holds |",
+        "|---|---|---|---|---|" + "---|" * len(check_names) + "---|",
+    ]
+    for i, r in enumerate(reruns, start=1):
+        marks = " | ".join("yes" if r.checks.get(c) else "**NO**" for c in check_names)
+        ratio, notes = r.rerun_s / reference["wall_s"], "; ".join(r.notes)
+        wall = f"{r.rerun_s:.1f} s | {ratio:.2f}"
+        lines.append(f"| {i} | {r.moment} | {r.killed_in} | {wall} | {marks} | {notes} |")
+    return "\n".join(lines) + "\n"
+
+
+def run() -> dict[str, Any]:
+    from bench.training_bench import machine
+
+    kept = os.environ.get("ALIGNFLOW_BENCH_KEEP")
+    root = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="alignflow-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        reference, reruns = run_chaos(root, [])
+    finally:
+        if not kept:
+            shutil.rmtree(root, ignore_errors=True)
+    where = machine()
+    (Path(__file__).parent / "results" / "chaos.md").write_text(
+        to_markdown(reference, reruns, where, SEED), encoding="utf-8"
+    )
+    return {
+        "kills": len(reruns),
+        "kills_all_checks_held": sum(r.passed for r in reruns),
+        "uninterrupted_wall_s": round(reference["wall_s"], 1),
+        "rerun_wall_s_max": round(max(r.rerun_s for r in reruns), 1),
+        "machine": where,
+    }
