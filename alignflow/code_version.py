@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from functools import cache
 from pathlib import Path
 
 UNKNOWN = "unknown"
@@ -18,6 +19,15 @@ def source_digest(root: str | Path) -> str:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@cache
+def package_digest() -> str:
+    """:func:`source_digest` of the installed ``alignflow`` package: the code that ran, whether
+    or not the working folder is a git checkout (an installed wheel has no commit)."""
+    import alignflow
+
+    return source_digest(Path(alignflow.__file__).parent)
 
 
 def git_commit(path: str | Path = ".") -> str:

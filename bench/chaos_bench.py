@@ -175,23 +175,11 @@ def tracking_uri(workspace: Path) -> str:
 
 def champion_weights(uri: str, name: str) -> str | None:
     """sha256 over the safetensors files the registry holds for ``name@champion``."""
-    import hashlib
-
-    import mlflow
-
     from alignflow.registry.models import CHAMPION, alias_version
+    from alignflow.registry.replay import registered_weights_sha256
 
-    if alias_version(uri, name, CHAMPION) is None:
-        return None
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    mlflow.set_tracking_uri(uri)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{CHAMPION}", dst_path=tmp))
-        digest = hashlib.sha256()
-        for path in sorted(root.rglob("*.safetensors")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
-        return digest.hexdigest()
+    version = alias_version(uri, name, CHAMPION)
+    return None if version is None else registered_weights_sha256(uri, name, version)
 
 
 def registry_checks(uri: str) -> tuple[dict[str, bool], list[str]]:

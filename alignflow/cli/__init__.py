@@ -71,6 +71,7 @@ _GROUPS: dict[str, str | None] = {
     "pipeline": None,
     "api": None,
     "registry": None,
+    "replay": None,
     "data": "data",
     "train": "train",
     "eval": "eval",

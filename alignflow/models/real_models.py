@@ -348,6 +348,13 @@ def real_model_unavailable(name: str) -> str | None:
     return unavailable_message(model)
 
 
+def base_weights_sha256(name: str) -> str | None:
+    """The sha256 of a real model's converted weights, as its folder's provenance records it;
+    None for a model built offline (its weights follow from the config and the seed)."""
+    source = real_model_source(name)
+    return read_provenance(Path(source)).get("weights_sha256") if source else None
+
+
 def read_provenance(folder: Path) -> dict[str, Any]:
     return json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))
 

@@ -71,7 +71,7 @@ def _missing_version(client: Any, name: str, which: str, tracking_uri: str) -> s
     return f"{name} has no {what} in {tracking_uri}; its aliases: {held}"
 
 
-def _registered_version(tracking_uri: str, ref: str, name: str, which: str) -> Any:
+def registered_version(tracking_uri: str, ref: str, name: str, which: str) -> Any:
     """The version ``ref`` names; FileNotFoundError saying which names, or aliases, do exist."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -110,7 +110,7 @@ def resolve_model(ref: str, tracking_uri: str | None, work_dir: str | Path) -> M
             f"{ref}: a registered model needs a tracking URI (--tracking-uri or MLFLOW_TRACKING_URI)"
         )
     name, which = registered
-    version = _registered_version(tracking_uri, ref, name, which)
+    version = registered_version(tracking_uri, ref, name, which)
     target = Path(work_dir) / f"{name}-v{version.version}"
     downloaded = download_model_dir(tracking_uri, name, str(version.version), target)
     if downloaded is None:

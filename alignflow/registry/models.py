@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 CHALLENGER = "challenger"
 CHAMPION = "champion"
 BASE_MODEL_TAG = "base_model"
+BASE_WEIGHTS_TAG = "base_model.sha256"  # a real base model's weights, as pulled; none for one built offline
 MODEL_KIND_TAG = "alignflow.kind"
 ROLES = ("policy", "reward")
 SIDECAR_GLOB = "alignflow_*.json"  # what alignflow saves beside weights (the reward model's meta)

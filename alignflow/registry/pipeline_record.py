@@ -72,9 +72,16 @@ def config_params(config: BaseModel) -> dict[str, Any]:
     return config.model_dump(mode="json", exclude={"tracking": {"uri"}})
 
 
+CONFIG_ARTIFACT = "config.json"  # the resolved config whole, as `alignflow replay` reads it back
+
+
 def log_config(config: BaseModel) -> None:
-    """Every resolved config key as a param of the active run (``dpo.beta``, ``model.name``)."""
-    tracking.log_params(config_params(config))
+    """Every resolved config key as a param of the active run (``dpo.beta``, ``model.name``),
+    and the whole config as ``config.json``: params are cut at MLflow's length limit, and a
+    replay needs every value as it was."""
+    params = config_params(config)
+    tracking.log_params(params)
+    mlflow.log_dict(params, CONFIG_ARTIFACT)
 
 
 def log_data_version(data_dir: str | Path, data_version: str, context: str = DATASET_CONTEXT) -> None:

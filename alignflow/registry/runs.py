@@ -23,7 +23,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from sqlalchemy.engine import make_url
 
-from alignflow.code_version import UNKNOWN, git_commit
+from alignflow.code_version import UNKNOWN, git_commit, package_digest
 from alignflow.registry.tracking import sanitize_name
 
 DATA_VERSION_TAG = "data.version"
@@ -31,6 +31,7 @@ DATA_VERSION_TAG = "data.version"
 # run and model version trained on it
 ACCEPTED_UNJUDGED_TAG = "data.accepted_unjudged"
 GIT_COMMIT_TAG = "git.commit"
+CODE_DIGEST_TAG = "code.digest"  # the alignflow source that ran (code_version.package_digest)
 CONFIG_HASH_TAG = "config.hash"
 GOLDEN_VERSION_TAG = "golden.version"  # the pinned evaluation set a run or version was judged on
 STAGE_TAG = "alignflow.stage"
@@ -38,16 +39,18 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 # host:pid:start time of the process holding a run open; a rerun continues a run whose owner died
 OWNER_TAG = "alignflow.owner"
 CONTINUED_TAG = "alignflow.continued_after_kill"  # how many times a killed run was taken up again
-LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG)
+LINEAGE_TAGS = (DATA_VERSION_TAG, GIT_COMMIT_TAG, CONFIG_HASH_TAG, CODE_DIGEST_TAG)
 ARTIFACT_FOLDER = "mlruns"  # beside a SQLite store, as MLflow names it in the working directory
 
 
 def lineage_tags(data_version: str | None, config_hash: str | None, repo: str | Path = ".") -> dict[str, str]:
-    """The three tags every run and model version carries."""
+    """The tags every run and model version carries: data, config, the workspace's commit and
+    the alignflow code that ran."""
     return {
         DATA_VERSION_TAG: data_version or UNKNOWN,
         GIT_COMMIT_TAG: git_commit(repo),
         CONFIG_HASH_TAG: config_hash or UNKNOWN,
+        CODE_DIGEST_TAG: package_digest(),
     }
 
 

@@ -8,22 +8,13 @@ does not. Keys are built from the task's explicit inputs, never from model objec
 from __future__ import annotations
 
 import hashlib
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-import alignflow
-from alignflow.code_version import source_digest
+from alignflow.code_version import package_digest
 
 CACHE_INPUTS = ("data_version", "config_hash", "upstream")
-
-
-@cache
-def code_version() -> str:
-    """A hash of the library's Python source (stable across machines and clones)."""
-    return source_digest(Path(alignflow.__file__).parent)
 
 
 def stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -33,6 +24,6 @@ def stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     """
     inputs = parameters.get("inputs")
     values = inputs.model_dump() if isinstance(inputs, BaseModel) else parameters
-    parts = [context.task.name, code_version()]
+    parts = [context.task.name, package_digest()]
     parts += [str(values.get(name, "")) for name in CACHE_INPUTS]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()

@@ -47,7 +47,8 @@ def register_models(
 
     def call() -> dict[str, Any]:
         from alignflow.models.factory import inference_dtype
-        from alignflow.registry.models import registered_name
+        from alignflow.models.real_models import base_weights_sha256
+        from alignflow.registry.models import BASE_WEIGHTS_TAG, registered_name
         from alignflow.registry.runs import lineage_tags
 
         dtype = inference_dtype(config.model)
@@ -57,12 +58,16 @@ def register_models(
         }
 
         tags = {**config.tracking.tags, **lineage_tags(data_version, config_hash), **(data_tags or {})}
+        # the policy's base weights (the reward model may start from another model)
+        base_sha = base_weights_sha256(config.model.name)
         versions = {}
         for role, model_dir in model_dirs.items():
             name = registered_name(config.project, role)
             stage_run = (trained_by or {}).get(role)
             reused = reused_version(uri, name, stage_run, model_dir) if role in (cache_hits or ()) else None
-            versions[role] = reused or register_version(uri, name, role, model_dir, stage_run, tags, served)
+            role_tags = {**tags, BASE_WEIGHTS_TAG: base_sha} if role == "policy" and base_sha else tags
+            made = reused or register_version(uri, name, role, model_dir, stage_run, role_tags, served)
+            versions[role] = made
         kill_point("register.done")
         return {"versions": versions}
 

@@ -1,8 +1,9 @@
 from types import SimpleNamespace
 
+from alignflow.code_version import package_digest
 from alignflow.config import load_config, with_reward_model
 from alignflow.plan import RunPlan
-from alignflow.tasks.caching import code_version, stage_cache_key
+from alignflow.tasks.caching import stage_cache_key
 from alignflow.tasks.retry import is_transient
 from alignflow.tasks.stage_inputs import StageInputs
 from alignflow.training.registry import REWARD_STAGE_REF
@@ -17,7 +18,7 @@ def key(name="sft", **params):
 def test_cache_key_changes_with_each_input_and_not_otherwise():
     assert key() == key(output_dir="/elsewhere", parent_run_id="another-run")
     assert len({key(), key(data_version="d2"), key(config_hash="c2"), key(upstream="u"), key("reward")}) == 5
-    assert code_version() == code_version() and len(code_version()) == 16
+    assert package_digest() == package_digest() and len(package_digest()) == 16
 
 
 def test_a_stage_task_keys_on_the_same_fields_of_its_inputs_model():
