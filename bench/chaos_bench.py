@@ -61,11 +61,10 @@ class Rerun:
 
 def environment(workspace: Path, kill_at: str | None = None) -> dict[str, str]:
     """A user's shell in ``workspace``: no tracking URI or Prefect API from around it."""
+    from alignflow.flows.environment import workspace_environment
     from alignflow.kill_points import KILL_AT_ENV
 
-    foreign = ("MLFLOW_TRACKING_URI", "PREFECT_API_", "PYTEST_", KILL_AT_ENV)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(foreign)}
-    env |= {"PREFECT_HOME": str(workspace / "prefect-home"), "HF_HUB_OFFLINE": "1"}
+    env = workspace_environment(drop=("PYTEST_", KILL_AT_ENV)) | {"HF_HUB_OFFLINE": "1"}
     return env | ({KILL_AT_ENV: kill_at} if kill_at else {})
 
 
@@ -362,6 +361,7 @@ def to_markdown(reference: dict[str, Any], reruns: list[Rerun], machine: str, se
 def run() -> dict[str, Any]:
     from bench.training_bench import machine
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # as the CLI's defaults
     kept = os.environ.get("ALIGNFLOW_BENCH_KEEP")
     root = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="alignflow-chaos-"))
     root.mkdir(parents=True, exist_ok=True)

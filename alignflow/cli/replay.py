@@ -10,7 +10,6 @@ before anything ran: code, base model, data); 2: the lineage lacks a piece (name
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,21 +25,15 @@ console = Console()
 EXIT_DIFFERENT = 1
 
 
-def _scratch_environment(scratch: Path) -> dict[str, str]:
-    """The replay's own Prefect home and store: no API, URI or cache of the caller's."""
-    foreign = ("MLFLOW_TRACKING_URI", "PREFECT_API_", "PREFECT_HOME")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(foreign)}
-    return env | {"PREFECT_HOME": str(scratch / "prefect-home")}
-
-
 def _run_pipeline(config_path: Path, scratch: Path, quiet: bool) -> dict:
     """``alignflow run --force`` in ``scratch``; its summary."""
     from alignflow.cli.errors import fail
+    from alignflow.flows.environment import workspace_environment
 
     summary_path = scratch / "summary.json"
     command = [sys.executable, "-m", "alignflow.cli", "run", "--config", str(config_path), "--force"]
     command += ["--summary-json", str(summary_path), *(["--quiet"] if quiet else [])]
-    done = subprocess.run(command, cwd=scratch, env=_scratch_environment(scratch), check=False)
+    done = subprocess.run(command, cwd=scratch, env=workspace_environment(), check=False)
     if done.returncode != 0 or not summary_path.exists():
         logs = scratch / ".alignflow" / "logs"
         raise fail(f"the replayed run in {scratch} failed (exit {done.returncode}); its logs: {logs}")

@@ -34,6 +34,18 @@ DEFAULTS = {
 }
 
 
+# what ties a command to the calling session's store and Prefect API
+SESSION_SETTINGS = ("MLFLOW_TRACKING_URI", "PREFECT_API_", "PREFECT_HOME")
+
+
+def workspace_environment(drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment without :data:`SESSION_SETTINGS` (and ``drop``): a command
+    started in another folder then uses that folder's own store and Prefect home
+    (:func:`workspace_prefect_home`), as a user's shell there would."""
+    foreign = SESSION_SETTINGS + drop
+    return {key: value for key, value in os.environ.items() if not key.startswith(foreign)}
+
+
 # Prefect's home in a workspace (git-ignored with the rest of .alignflow/): prefect.db, storage
 PREFECT_STATE = Path(".alignflow") / "prefect"
 

@@ -294,9 +294,9 @@ def _run_pipeline(stages: Stages, summary: RunSummary, repo_dir: str, force: boo
     mlflow.log_artifact(data["manifest_path"], "data")
     uri = plan.config.tracking.resolved_uri()
     champion = None if force else champion_version(uri, plan.config.project)
-    unchanged = champion is not None and trained_on(champion, data["version"], plan.config_hash)
     # a killed run's rerun finds its own champion, but the run that moved it has work left
-    if champion is not None and unchanged and run_finished(uri, champion):
+    unchanged = champion is not None and trained_on(champion, data["version"], plan.config_hash)
+    if unchanged and champion is not None and run_finished(uri, champion):
         mark_nothing_to_do(summary, uri, champion)
         show_champion_stages(summary)
         mlflow.set_tag(OUTCOME_TAG, "nothing_to_do")

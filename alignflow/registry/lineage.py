@@ -123,17 +123,23 @@ def link_reused_version(tracking_uri: str, run_id: str, role: str, version: str,
     client.set_tag(run_id, REUSED_VERSION_TAG.format(role=role), str(version))
 
 
-def champion_before_run(tracking_uri: str, name: str, pipeline_run: str | None) -> str | None:
-    """The champion version of ``name`` as ``pipeline_run`` found it: where a killed attempt of
-    that very run already moved ``champion`` to its own model, the version it replaced (its
-    ``champion.previous``), so that the rerun judges against what the run first judged against."""
+def champion_before_run(
+    tracking_uri: str, name: str, pipeline_run: str | None = None, version: str | None = None
+) -> str | None:
+    """The champion version of ``name`` as a run first found it. Where a killed attempt of the
+    same run already moved ``champion`` to its own model (the one ``pipeline_run`` registered,
+    or ``version`` itself), the version that one replaced (its ``champion.previous``): the rerun
+    evaluates and decides against what the run first judged against, not against itself."""
     from alignflow.registry import models as registry_models
     from alignflow.registry.decision_tags import PREVIOUS_CHAMPION_TAG
 
     current = registry_models.version_by_alias(tracking_uri, name, registry_models.CHAMPION)
     if current is None:
         return None
-    if pipeline_run is None or producing_pipeline_run(tracking_uri, current) != pipeline_run:
+    own = str(current.version) == version or (
+        pipeline_run is not None and producing_pipeline_run(tracking_uri, current) == pipeline_run
+    )
+    if not own:
         return str(current.version)
     return (current.tags or {}).get(PREVIOUS_CHAMPION_TAG) or None
 

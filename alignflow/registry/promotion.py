@@ -161,18 +161,6 @@ def decision_tags(decision: PromotionDecision) -> dict[str, str]:
     return tags
 
 
-def champion_before(tracking_uri: str, name: str, version: str) -> str | None:
-    """The champion ``version`` is judged against: the alias's version, or, where a killed run
-    had already moved the alias to ``version``, the one it replaced (its ``champion.previous``
-    tag), so that the rerun decides with the same gates as the run it finishes."""
-    current = version_by_alias(tracking_uri, name, CHAMPION)
-    if current is None:
-        return None
-    if str(current.version) != version:
-        return str(current.version)
-    return (current.tags or {}).get(PREVIOUS_CHAMPION_TAG) or None
-
-
 def promote(
     tracking_uri: str,
     name: str,
@@ -194,9 +182,11 @@ def promote(
     rejected version also gets ``promotion.failed_gates`` naming the gates it failed. Its
     description says the same for people (:func:`~alignflow.registry.decision_card.version_description`).
     """
+    from alignflow.registry.lineage import champion_before_run
+
     client = MlflowClient(tracking_uri)
     version = str(version)
-    champion = champion_before(tracking_uri, name, version)
+    champion = champion_before_run(tracking_uri, name, version=version)  # a rerun: as first found
     decision = decide(name, version, metrics, config, role, champion, judges, human, details, policy_promoted)
     record_metrics(tracking_uri, name, version, metrics)
     _set_tags(client, name, version, {**(tags or {}), **decision_tags(decision), **audit_tag(audits or {})})

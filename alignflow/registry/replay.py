@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -105,7 +104,6 @@ def registered_weights_sha256(tracking_uri: str, name: str, version: str) -> str
     import mlflow
     from mlflow import MlflowClient
 
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # the version's own artifact location: a models:/ URI would be looked up in the process's
     # default registry, not in ``tracking_uri``
     location = MlflowClient(tracking_uri).get_model_version_download_uri(name, version)

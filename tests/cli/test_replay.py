@@ -5,7 +5,6 @@ that piece named."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from alignflow.flows.environment import workspace_environment
 from alignflow.registry.replay import compare, read_lineage, weights_sha256
 from tests.flows.conftest import TINY_FLOW
 
@@ -22,12 +22,10 @@ SHORT = [*TINY_FLOW, f"project={PROJECT}", "sft.max_steps=12", "reward.max_steps
 
 def alignflow(workspace: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI in ``workspace`` as a user's shell runs it: its own store and Prefect home."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING_URI", "PREFECT_API_"))}
-    env |= {"PREFECT_HOME": str(workspace / "prefect-home")}
     return subprocess.run(
         [sys.executable, "-m", "alignflow.cli", *args],
         cwd=workspace,
-        env=env,
+        env=workspace_environment(),
         capture_output=True,
         text=True,
         timeout=900,
