@@ -8,7 +8,9 @@ included) once, and run again as a user would, plainly:
 * in a training or evaluation stage, a seeded random share of that stage's reference time after
   the run's log says it started;
 * at each of the registry's kill points (:mod:`alignflow.kill_points`): the moments between two
-  registry writes that a random time almost never hits.
+  registry writes that a random time almost never hits;
+* a Prefect worker: ``alignflow serve`` on a Prefect server, SIGKILLed with the flow run it was
+  training; the new worker must mark that run crashed, and the deployment's next run finish it.
 
 After each rerun the checks read the workspace's MLflow store: the champion's weights (sha256
 of its registered safetensors) equal the reference's, one registry version per trained model,
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,6 +167,194 @@ def kill_at_point(workspace: Path, overrides: list[str], point: str) -> str:
     return open_stage(workspace)
 
 
+# ---------------------------------------------------------------- a Prefect worker killed
+
+WORKER_DEPLOYMENT = "chaos"
+NEVER = "0 0 1 1 *"  # the worker's cron: the runs here are started by hand
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prefect_server(home: Path) -> Iterator[str]:
+    """A Prefect server of its own (SQLite in ``home``), up until the block ends: the API that
+    outlives the worker killed under it, as a compose stack's server does. Yields its URL."""
+    import httpx
+
+    port, home = _free_port(), home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    env = environment(home) | {"PREFECT_HOME": str(home)}
+    command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with (home / "server.log").open("a") as log:
+        server = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait(lambda: _answers(httpx, f"{url}/health"), server, "the Prefect server", home / "server.log")
+        yield url
+    finally:
+        kill_group(server)
+
+
+def _answers(httpx: Any, url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _wait(
+    ready: Callable[[], bool], proc: subprocess.Popen, what: str, log: Path, timeout: float = 300
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise RuntimeError(f"{what} never became ready (exit {proc.poll()}):\n{tail}")
+        time.sleep(0.2)
+
+
+def start_worker(workspace: Path, overrides: list[str], api_url: str) -> subprocess.Popen:
+    """``alignflow serve`` in ``workspace`` on the server at ``api_url``, ready to take runs: a
+    local process worker (each flow run in a child process of it), leader of its own group."""
+    from alignflow.config import DEFAULT_CONFIG
+
+    workspace.mkdir(parents=True, exist_ok=True)
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    log_path = workspace / "worker.log"
+    marker = log_path.stat().st_size if log_path.exists() else 0
+    env = environment(workspace) | {"PREFECT_API_URL": api_url, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    command = [sys.executable, "-m", "alignflow.cli", "serve", "--config", str(DEFAULT_CONFIG), *sets]
+    command += ["--name", WORKER_DEPLOYMENT, "--cron", NEVER]
+    with log_path.open("a") as log:
+        worker = subprocess.Popen(
+            command, cwd=workspace, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def serving() -> bool:
+        return "polling for scheduled runs" in log_path.read_text(errors="replace")[marker:]
+
+    _wait(serving, worker, "alignflow serve", log_path)
+    return worker
+
+
+def _client(api_url: str) -> Any:
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    @contextlib.contextmanager
+    def client() -> Iterator[Any]:
+        with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+            yield c
+
+    return client()
+
+
+def start_deployment_run(api_url: str) -> str:
+    """What ``prefect deployment run retrain/chaos`` does: a flow run for the worker to take."""
+    with _client(api_url) as client:
+        deployment = client.read_deployment_by_name(f"retrain/{WORKER_DEPLOYMENT}")
+        return str(client.create_flow_run_from_deployment(deployment.id).id)
+
+
+def flow_run_state(api_url: str, flow_run_id: str) -> tuple[str, str]:
+    """The flow run's state type and message, as the Prefect UI shows them."""
+    with _client(api_url) as client:
+        state = client.read_flow_run(flow_run_id).state
+    return (state.type.value, state.message or "") if state else ("NONE", "")
+
+
+def wait_for_flow_run(api_url: str, flow_run_id: str, worker: subprocess.Popen, log: Path) -> str:
+    """The flow run's final state type, once it has one."""
+    final = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+    _wait(lambda: flow_run_state(api_url, flow_run_id)[0] in final, worker, "the flow run", log, TIMEOUT_S)
+    return flow_run_state(api_url, flow_run_id)[0]
+
+
+def kill_tree(proc: subprocess.Popen) -> int:
+    """SIGKILL a worker and every process under it (its flow runs' processes, whatever group
+    they are in): the machine's view of a preempted worker. How many processes were killed."""
+    import psutil
+
+    try:
+        victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        victims = []
+    for victim in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.kill()
+    kill_group(proc)
+    return len(victims)
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """SIGTERM, as a service manager stops it; SIGKILL whatever is left after a minute."""
+    with contextlib.suppress(ProcessLookupError):
+        worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=60)
+    finally:
+        kill_tree(worker)
+
+
+def parent_summary(uri: str) -> dict[str, Any]:
+    """The newest parent run, as the summary of ``alignflow run`` names it (no summary file comes
+    from a worker's run)."""
+    from alignflow.registry.runs import PARENT_RUN_TAG
+
+    parents = sorted(
+        (r for r in all_runs(uri) if PARENT_RUN_TAG not in r.data.tags), key=lambda r: r.info.start_time
+    )
+    return {"parent_run_id": parents[-1].info.run_id}
+
+
+@dataclass
+class WorkerKill:
+    """A worker SIGKILLed while its flow run trained, restarted, and the flow run again."""
+
+    killed_state: str  # the killed flow run's state when the new worker came up
+    crashed_state: str  # ... once it had
+    crashed_message: str
+    worker_lines: list[str]  # what the new worker printed about it
+    rerun_state: str
+    rerun_s: float
+    processes_killed: int
+
+
+def kill_worker_and_rerun(
+    workspace: Path, overrides: list[str], api_url: str, ready: Callable[[], bool]
+) -> WorkerKill:
+    """Serve the flow, start a run, SIGKILL the worker with its run once ``ready()``; then a
+    new worker on the same API, and a new run of the deployment to its end."""
+    worker = start_worker(workspace, overrides, api_url)
+    log = workspace / "worker.log"
+    try:
+        killed_run = start_deployment_run(api_url)
+        _wait(ready, worker, "the moment to kill the worker", log, TIMEOUT_S)
+        killed_state = flow_run_state(api_url, killed_run)[0]
+    finally:
+        processes = kill_tree(worker)
+    marker = log.stat().st_size
+    worker = start_worker(workspace, overrides, api_url)
+    try:
+        crashed_state, message = flow_run_state(api_url, killed_run)
+        said = [line for line in log.read_text(errors="replace")[marker:].splitlines() if "crashed" in line]
+        started = time.perf_counter()
+        rerun = start_deployment_run(api_url)
+        rerun_state = wait_for_flow_run(api_url, rerun, worker, log)
+        rerun_s = time.perf_counter() - started
+    finally:
+        stop_worker(worker)
+    return WorkerKill(killed_state, crashed_state, message, said, rerun_state, rerun_s, processes)
+
+
 # ---------------------------------------------------------------- what the store says
 
 
@@ -209,15 +399,25 @@ def registry_checks(uri: str) -> tuple[dict[str, bool], list[str]]:
     }, notes
 
 
-def run_checks(uri: str) -> tuple[dict[str, bool], list[str]]:
-    """One parent run, one run per stage under it, none left RUNNING."""
+def all_runs(uri: str) -> list[Any]:
+    """Every run of every experiment in the store."""
     from mlflow import MlflowClient
 
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+
+
+def stage_runs(uri: str) -> list[Any]:
+    from alignflow.registry.runs import PARENT_RUN_TAG
+
+    return [r for r in all_runs(uri) if PARENT_RUN_TAG in r.data.tags]
+
+
+def run_checks(uri: str) -> tuple[dict[str, bool], list[str]]:
+    """One parent run, one run per stage under it, none left RUNNING."""
     from alignflow.registry.runs import PARENT_RUN_TAG, STAGE_TAG
 
-    client = MlflowClient(uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments, max_results=1000)
+    runs = all_runs(uri)
     parents = [r for r in runs if PARENT_RUN_TAG not in r.data.tags]
     stages: dict[str, int] = {}
     for r in runs:
@@ -318,25 +518,58 @@ def kill_and_rerun(
     return Rerun(moment, killed_in, rerun_s, checks, notes)
 
 
+def worker_kill(root: Path, overrides: list[str], index: int, reference: dict) -> Rerun:
+    """The flow served by ``alignflow serve`` on a Prefect server, the worker SIGKILLed with its
+    flow run once the policy stage saved a checkpoint; a new worker, and the deployment run again."""
+    workspace = root / f"kill-{index:02d}"
+
+    def policy_checkpointed() -> bool:
+        return any(workspace.glob("outputs/*/policy-*/checkpoints/checkpoint-*"))
+
+    with prefect_server(workspace / "prefect-server") as api:
+        outcome = kill_worker_and_rerun(workspace, overrides, api, policy_checkpointed)
+    from alignflow.registry.runs import STAGE_TAG
+
+    uri = tracking_uri(workspace)
+    checks, notes = check(workspace, parent_summary(uri), reference)
+    policy = [r for r in stage_runs(uri) if r.data.tags.get(STAGE_TAG) == "policy"]
+    resumed = [value for r in policy for key, value in r.data.tags.items() if key.endswith(".resumed_from")]
+    checks |= {
+        "killed flow run marked crashed": outcome.crashed_state == "CRASHED",
+        "next flow run completed": outcome.rerun_state == "COMPLETED",
+    }
+    notes += [
+        f"killed flow run: {outcome.killed_state} -> {outcome.crashed_state} ({outcome.crashed_message})"
+    ]
+    notes += [f"policy resumed from {', '.join(resumed) or 'nothing'}"]
+    moment = f"Prefect worker (`alignflow serve`) and its flow run, {outcome.processes_killed} processes"
+    return Rerun(moment, "policy", outcome.rerun_s, checks, notes)
+
+
 def run_chaos(root: Path, overrides: list[str], seed: int = SEED) -> tuple[dict[str, Any], list[Rerun]]:
     reference = reference_run(root, overrides)
+    plan = moments(seed)
     reruns = [
         kill_and_rerun(root, overrides, i, kind, what, reference)
-        for i, (kind, what) in enumerate(moments(seed), start=1)
+        for i, (kind, what) in enumerate(plan, start=1)
     ]
+    reruns.append(worker_kill(root, overrides, len(plan) + 1, reference))
     return reference, reruns
 
 
 def to_markdown(reference: dict[str, Any], reruns: list[Rerun], machine: str, seed: int) -> str:
     passed = sum(r.passed for r in reruns)
-    check_names = list(reruns[0].checks) if reruns else []
+    check_names = list(dict.fromkeys(name for r in reruns for name in r.checks))
     lines = [
         "# Kill anything: the demo flow SIGKILLed and rerun",
         "",
         "Generated by `python -m bench chaos` (`bench/chaos_bench.py`): the embedded demo (`alignflow run`),",
         "once uninterrupted, then in a fresh workspace per kill, SIGKILLed (the whole process group) at a",
         f"seeded moment (seed {seed}) and run again with the same plain command. Every figure is read from",
-        "the workspace's MLflow store after the rerun.",
+        "the workspace's MLflow store after the rerun. The last row is a Prefect worker instead: the demo",
+        "served by `alignflow serve` on a Prefect server of its own, the worker and its flow run's process",
+        "SIGKILLed once the policy stage saved a checkpoint, then a new worker and the deployment run again;",
+        "its wall is that run's (`-`: a check that row has not).",
         "",
         f"Machine: {machine}.",
         "",
@@ -351,11 +584,15 @@ def to_markdown(reference: dict[str, Any], reruns: list[Rerun], machine: str, se
         "|---|---|---|---|---|" + "---|" * len(check_names) + "---|",
     ]
     for i, r in enumerate(reruns, start=1):
-        marks = " | ".join("yes" if r.checks.get(c) else "**NO**" for c in check_names)
+        marks = " | ".join(_mark(r.checks.get(c)) for c in check_names)
         ratio, notes = r.rerun_s / reference["wall_s"], "; ".join(r.notes)
         wall = f"{r.rerun_s:.1f} s | {ratio:.2f}"
         lines.append(f"| {i} | {r.moment} | {r.killed_in} | {wall} | {marks} | {notes} |")
     return "\n".join(lines) + "\n"
+
+
+def _mark(held: bool | None) -> str:
+    return "-" if held is None else "yes" if held else "**NO**"
 
 
 def run() -> dict[str, Any]:

@@ -180,6 +180,12 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
         config: Path = typer.Option(Path("configs/demo.yaml"), "--config", "-c", help="pipeline config YAML"),
+        overrides: list[str] = typer.Option(
+            [],
+            "--set",
+            metavar="KEY=VALUE",
+            help="override a config key in each run it starts, e.g. dpo.beta=0.2",
+        ),
         cron: str = typer.Option("0 3 * * *", help="when to retrain (cron, UTC)"),
         name: str = typer.Option("nightly", help="deployment name"),
         ab_agent: list[str] = typer.Option(
@@ -193,20 +199,29 @@ def register(app: typer.Typer) -> None:
 
         apply_defaults()  # before Prefect is imported: it reads its settings then
         os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
+        from alignflow.cli.errors import load_config_or_exit
         from alignflow.cli.serve_runner import serve_until_stopped
         from alignflow.flows.retrain import retrain
         from alignflow.flows.sync_calls import resolved
 
+        pipeline_config = load_config_or_exit(
+            config, overrides
+        )  # a bad --set fails now, not at the first run
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
         deployments = [
-            resolved(retrain.to_deployment(name=name, cron=cron, parameters={"config_path": str(config)}))
+            resolved(
+                retrain.to_deployment(
+                    name=name,
+                    cron=cron,
+                    parameters={"config_path": str(config), "overrides": list(overrides)},
+                )
+            )
         ]
         if ab_agent:
-            from alignflow.cli.errors import load_config_or_exit
             from alignflow.flows.ab_check import ab_check
             from alignflow.service.settings import ServiceSettings
 
-            uri = load_config_or_exit(config).tracking.resolved_uri()
+            uri = pipeline_config.tracking.resolved_uri()
             url = db_url or ServiceSettings.from_env().database_url
             for agent in ab_agent:
                 console.print(f"serving ab-check/{agent} on cron '{ab_cron}'")

@@ -41,6 +41,7 @@ from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from alignflow.cli.shutdown import Terminated
+from alignflow.flows.killed_runs import mark_killed_runs_crashed
 
 _POPEN = subprocess.Popen
 REPORT_EVERY_S = 5.0  # how soon after a scheduled run ends its line is printed
@@ -153,6 +154,7 @@ class _StoppableRunner(Runner):
         served = {}
         for deployment in deployments:
             served[await self.aadd_deployment(deployment)] = f"{deployment.flow_name}/{deployment.name}"
+        await asyncio.to_thread(mark_killed_runs_crashed)  # a killed worker's runs (it logs each)
         announce()
         watcher = asyncio.create_task(self._watch(served, report))
         try:

@@ -30,6 +30,7 @@ from alignflow.errors import DataCheckStop
 from alignflow.evaluation.metric_names import RANDOM_WEIGHTS
 from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.flows.artifacts import publish_run_artifacts
+from alignflow.flows.killed_runs import mark_killed_runs_crashed, owner_label
 from alignflow.flows.parent_run import parent_run, record_data_version, record_results, show_cache_hit
 from alignflow.flows.run_log import (
     config_tags,
@@ -250,12 +251,14 @@ def golden_tags(golden: dict[str, Any]) -> dict[str, str]:
     return {GOLDEN_VERSION_TAG: golden["version"], GOLDEN_SOURCE_TAG: golden["source"][:500]}
 
 
-def label_judge(plan: RunPlan) -> dict[str, Any] | None:
-    """The champion that checks new data's labels, with its pinned-set accuracy (None: no check)."""
+def label_judge(plan: RunPlan, pipeline_run: str | None = None) -> dict[str, Any] | None:
+    """The champion that checks new data's labels, with its pinned-set accuracy (None: no check):
+    the champion as ``pipeline_run`` first found it, not one a killed attempt of it crowned."""
     role = plan.label_judge_role
     if role is None:
         return None
-    return champion_judge(plan.config.tracking.resolved_uri(), plan.config.project, plan.out_root, role)
+    uri = plan.config.tracking.resolved_uri()
+    return champion_judge(uri, plan.config.project, plan.out_root, role, pipeline_run)
 
 
 def stop_run(summary: RunSummary, error: DataCheckStop) -> None:
@@ -274,7 +277,7 @@ def _task_with_cache_flag(task_fn, **params) -> dict[str, Any]:
 def _run_pipeline(stages: Stages, summary: RunSummary, repo_dir: str, force: bool) -> None:
     """Data, then training and promotion; or nothing to do; or a stop by the poisoned-data check."""
     plan = stages.plan
-    source, judge = plan.data_source(repo_dir), label_judge(plan)
+    source, judge = plan.data_source(repo_dir), label_judge(plan, stages.parent)
     try:
         data = stages.run(
             "data", call=lambda: version_data(plan.config_json, source, repo_dir, stages.parent, judge)
@@ -327,10 +330,11 @@ def retrain(
     summary = RunSummary(
         project=project, config_hash=plan.config_hash, tracking_uri=plan.config.tracking.resolved_uri()
     )
-    labels = config_tags(project, algorithm)
+    labels = [*config_tags(project, algorithm), owner_label()]  # the owner tag reaches its subflows and tasks
     label_flow_run(tags=labels)
     with logs_to_the_run(), prefect_tags(*labels), parent_run(plan.config, repo_dir) as parent:
         summary.parent_run_id, summary.flow_run_id = parent.info.run_id, _flow_run_id()
+        mark_killed_runs_crashed()  # a killed run's Prefect runs, as its MLflow runs are continued
         _run_pipeline(Stages(plan, summary, parent.info.run_id), summary, repo_dir, force)
         record_results(summary)
         summary.wall_seconds = time.perf_counter() - started

@@ -283,14 +283,17 @@ def rollback(tracking_uri: str, name: str) -> tuple[str, str]:
     return str(current.version), previous
 
 
-def champion_judge(tracking_uri: str, project: str, out_root: Path, role: str) -> dict[str, Any] | None:
+def champion_judge(
+    tracking_uri: str, project: str, out_root: Path, role: str, pipeline_run: str | None = None
+) -> dict[str, Any] | None:
     """A local copy of ``role``'s champion and the pinned-set accuracy it was promoted on, for
-    judging new data's labels; None when there is no champion or no recorded accuracy."""
+    judging new data's labels; None when there is no champion or no recorded accuracy. Given the
+    ``pipeline_run`` asking, the champion as that run first found it."""
     from alignflow.evaluation.metric_names import REWARD_ACCURACY, REWARD_ACCURACY_EVAL
     from alignflow.registry import models as registry_models
     from alignflow.registry.lineage import champion_copy
 
-    model_dir, version = champion_copy(tracking_uri, project, out_root, role)
+    model_dir, version = champion_copy(tracking_uri, project, out_root, role, pipeline_run)
     if model_dir is None:
         return None
     metrics = recorded_metrics(tracking_uri, registry_models.registered_name(project, role), version)

@@ -46,6 +46,18 @@ def use_determinism(requested: bool | None) -> str:
     return STRICT if strict else WARN_ONLY if on else OFF
 
 
+def resume_caveat() -> str | None:
+    """Why a stage resumed from a checkpoint may not end bit-identical to an uninterrupted run,
+    or None where it should (torch's deterministic kernels in force, as :func:`use_determinism`
+    set them for the stage)."""
+    if torch.are_deterministic_algorithms_enabled():
+        return None
+    return (
+        "torch's deterministic kernels were off for this stage (its deterministic setting, or "
+        "unset on a GPU), so the resumed steps may round differently from an uninterrupted run's"
+    )
+
+
 @contextmanager
 def refusing_nondeterminism() -> Iterator[None]:
     """Under strict determinism, torch's error for an operation without a deterministic kernel

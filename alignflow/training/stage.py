@@ -19,6 +19,7 @@ StageResult`` registered in :mod:`alignflow.training.registry`. To write a new o
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,8 +40,10 @@ from alignflow.models.model_config import ModelSpec
 from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
 from alignflow.training.checkpoints import CHECKPOINTS, save_final_model, train_with_resume
-from alignflow.training.determinism import DETERMINISM_TAG, use_determinism
+from alignflow.training.determinism import DETERMINISM_TAG, resume_caveat, use_determinism
 from alignflow.training.stage_config import RunConfig, StageConfig
+
+logger = logging.getLogger(__name__)
 
 RESULT = "result.json"
 
@@ -225,11 +228,22 @@ def finish_stage(
     tracking.log_metrics({f"{stage}/{k}": v for k, v in clean.items()})
     tracking.log_metrics(result.cost)
     tracking.set_tags({f"{stage}.resumed_from": resumed_from or "none"})
+    if resumed_from:
+        say_how_exact_the_resume_was(stage, resumed_from)
     if tracking.active():
         import mlflow
 
         mlflow.log_artifacts(str(model_dir), artifact_path=f"{stage}/model")
     return result
+
+
+def say_how_exact_the_resume_was(stage: str, resumed_from: str) -> None:
+    """Tag ``<stage>.resume_exact`` (``yes``, or ``no: why``) and warn where a resumed stage
+    cannot promise an uninterrupted run's weights."""
+    caveat = resume_caveat()
+    tracking.set_tags({f"{stage}.resume_exact": f"no: {caveat}" if caveat else "yes"})
+    if caveat:
+        logger.warning("%s resumed from %s, not bit for bit: %s", stage, Path(resumed_from).name, caveat)
 
 
 def resolve_start_model(

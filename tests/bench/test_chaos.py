@@ -57,3 +57,35 @@ def test_the_checks_see_a_doubled_version_and_an_undecided_one(reference, tmp_pa
     client.create_model_version(name, source=str(tmp_path), run_id=first.run_id)  # logged again, by a rerun
     checks, _ = chaos.registry_checks(uri)
     assert not checks["one version per model"] and not checks["every version decided"]
+
+
+def test_a_killed_prefect_worker_leaves_a_crashed_run_and_the_next_run_resumes(reference, tmp_path):
+    """``alignflow serve`` (a local process worker) on a Prefect server of its own, SIGKILLed with
+    the flow run it was training: the new worker marks that run crashed, and the deployment's
+    next run resumes the policy from its checkpoint to the uninterrupted champion."""
+    from mlflow import MlflowClient
+
+    from alignflow.registry.runs import STAGE_TAG
+
+    workspace = tmp_path / "worker"
+
+    def policy_checkpointed() -> bool:
+        return any(workspace.glob("outputs/chaos/policy-*/checkpoints/checkpoint-4"))
+
+    with chaos.prefect_server(tmp_path / "prefect") as api:
+        outcome = chaos.kill_worker_and_rerun(workspace, DEMO, api, policy_checkpointed)
+    assert outcome.processes_killed >= 2, "the worker and its flow run's process"
+    assert outcome.killed_state == "RUNNING"
+    assert outcome.crashed_state == "CRASHED", outcome
+    assert "killed" in outcome.crashed_message and outcome.worker_lines, outcome
+    assert outcome.rerun_state == "COMPLETED", (workspace / "worker.log").read_text()[-3000:]
+
+    uri = chaos.tracking_uri(workspace)
+    summary = chaos.parent_summary(uri)
+    checks, notes = chaos.check(workspace, summary, reference)
+    failed = [name for name, ok in checks.items() if not ok]
+    assert not failed, f"{failed}: {notes}"
+    policy = next(r for r in chaos.stage_runs(uri) if r.data.tags.get(STAGE_TAG) == "policy")
+    assert "checkpoint-" in policy.data.tags.get("dpo.resumed_from", ""), policy.data.tags
+    assert policy.data.tags.get("dpo.resume_exact") == "yes", "deterministic kernels on this CPU"
+    assert MlflowClient(uri).get_run(summary["parent_run_id"]).info.status == "FINISHED"

@@ -184,7 +184,8 @@ def _command(name: str, tmp_path: Path) -> tuple[list[str], Callable[[int], bool
     if name == "run":
         return ["run", "--quiet"], lambda port: True
     if name == "serve":
-        return ["serve"], lambda _: "prefect deployment run" in (tmp_path / "output.log").read_text()
+        serve = ["serve", "--config", str(REPO / "configs" / "demo.yaml")]  # checked before it serves
+        return serve, lambda _: "prefect deployment run" in (tmp_path / "output.log").read_text()
     (tmp_path / "signal_test_launcher.py").write_text(LAUNCHER, encoding="utf-8")
     port = _free_port()
     command = ["api", "--port", str(port), "--launcher", "signal_test_launcher:make_launcher"]

@@ -44,5 +44,7 @@ def stand_in_champion(monkeypatch) -> None:
     import alignflow.models.reward_scorer as reward_scorer
 
     monkeypatch.setattr(cli_data, "_registry_exists", lambda uri: True)
-    monkeypatch.setattr(retrain, "label_judge", lambda plan: {"model_dir": "champion", "accuracy": 0.94})
+    monkeypatch.setattr(
+        retrain, "label_judge", lambda plan, pipeline_run=None: {"model_dir": "champion", "accuracy": 0.94}
+    )
     monkeypatch.setattr(reward_scorer, "load_reward_scorer", lambda *a, **k: tier_scorer)

@@ -10,42 +10,26 @@ model card must carry the evaluation run's figures.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import mlflow
 import pytest
-import requests
 from mlflow import MlflowClient
 
 from alignflow.models.reward_scorer import load_reward_scorer
 from alignflow.registry.model_card import CARD_FILE
 from alignflow.registry.models import CHAMPION, download_model_dir
-from alignflow.registry.runs import STAGE_TAG, child_runs
-from alignflow.tasks.evaluation import COMPLETIONS_TABLE
 from tests.flows.conftest import TINY_FLOW
+from tools.serve_check import evaluation_run, invoke, recorded_completions, served, user_environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 PROJECT = "serve-demo"
 POLICY, REWARD = f"{PROJECT}-policy", f"{PROJECT}-reward"
 # the tiny demo with gates a tiny model passes (the loop gate too: a tiny policy loops)
 DEMO = [*TINY_FLOW, f"project={PROJECT}", "dpo.max_steps=4"]
-STARTUP_SECONDS = 240
-
-
-def clean_environment(workspace: Path) -> dict[str, str]:
-    """The user's shell: no tracking URI or Prefect API of this session's other tests."""
-    foreign = ("MLFLOW_TRACKING_URI", "PREFECT_API_", "PYTEST_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(foreign)}
-    return env | {"PREFECT_HOME": str(workspace / "prefect-home"), "HF_HUB_OFFLINE": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +42,7 @@ def demo(tmp_path_factory) -> tuple[Path, str, dict]:
     done = subprocess.run(
         [alignflow, "run", *sets, "--summary-json", "summary.json"],
         cwd=workspace,
-        env=clean_environment(workspace),
+        env=user_environment(workspace),
         capture_output=True,
         text=True,
         timeout=600,
@@ -69,68 +53,9 @@ def demo(tmp_path_factory) -> tuple[Path, str, dict]:
     return workspace, uri, summary
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def served(model_uri: str, tracking_uri: str, workspace: Path) -> Iterator[str]:
-    """``mlflow models serve`` of ``model_uri`` on a free loopback port; yields its base URL,
-    and stops it (its whole process group) whatever happens."""
-    port = free_port()
-    log = workspace / f"serve-{port}.log"
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri]
-    command += ["--env-manager", "local", "-p", str(port)]
-    env = clean_environment(workspace) | {"MLFLOW_TRACKING_URI": tracking_uri}
-    with log.open("w") as output:
-        server = subprocess.Popen(
-            command, cwd=workspace, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_ping(url, server, log)
-        yield url
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-
-
-def wait_for_ping(url: str, server: subprocess.Popen, log: Path) -> None:
-    began = time.monotonic()
-    while time.monotonic() - began < STARTUP_SECONDS:
-        assert server.poll() is None, f"the server exited ({server.returncode}):\n{log.read_text()[-3000:]}"
-        with suppress(requests.ConnectionError):
-            if requests.get(f"{url}/ping", timeout=5).status_code == 200:
-                return
-        time.sleep(0.5)
-    pytest.fail(f"not serving after {STARTUP_SECONDS}s:\n{log.read_text()[-3000:]}")
-
-
-def invoke(url: str, body: dict) -> object:
-    answer = requests.post(f"{url}/invocations", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text[-2000:]
-    return answer.json()
-
-
-def evaluation_run(uri: str, summary: dict) -> str:
-    runs = child_runs(uri, summary["parent_run_id"])
-    return next(r.info.run_id for r in runs if r.data.tags.get(STAGE_TAG) == "evaluate")
-
-
-def recorded_completions(uri: str, summary: dict) -> list[dict]:
-    """The evaluation's table of pinned prompts and the policy's greedy completions."""
-    mlflow.set_tracking_uri(uri)
-    table = mlflow.artifacts.load_dict(f"runs:/{evaluation_run(uri, summary)}/{COMPLETIONS_TABLE}")
-    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
-    return [{"prompt": r["prompt"], "policy": r["policy"]} for r in rows]
-
-
 def test_the_served_champion_answers_as_the_evaluation_recorded(demo):
     workspace, uri, summary = demo
-    pinned = recorded_completions(uri, summary)
+    pinned = recorded_completions(uri, summary["parent_run_id"])
     prompts, recorded = [r["prompt"] for r in pinned], [r["policy"] for r in pinned]
     assert len(prompts) >= 8 and all(isinstance(p, str) for p in prompts)
     with served(f"models:/{POLICY}@{CHAMPION}", uri, workspace) as url:
@@ -175,7 +100,7 @@ def model_card(uri: str, name: str) -> str:
 def test_the_champions_card_carries_the_evaluation_runs_figures_and_decision(demo):
     _, uri, summary = demo
     card = model_card(uri, POLICY)
-    metrics = MlflowClient(uri).get_run(evaluation_run(uri, summary)).data.metrics
+    metrics = MlflowClient(uri).get_run(evaluation_run(uri, summary["parent_run_id"])).data.metrics
     rows = {m["key"]: m for line in card.splitlines() if (m := CARD_ROW.match(line))}
     assert "golden/task_accuracy" in rows and "golden/reward_accuracy" not in rows, "the policy's own figures"
     for key, row in rows.items():

@@ -15,6 +15,7 @@ from alignflow.training.determinism import (
     STRICT,
     WARN_ONLY,
     refusing_nondeterminism,
+    resume_caveat,
     use_determinism,
 )
 
@@ -118,3 +119,11 @@ def test_a_stage_run_through_the_registry_reports_a_refused_operation_as_an_inpu
             stage_spec("toy_strict").load_runner()(None, "data", "out")
     finally:
         unregister_stage("toy_strict")
+
+
+def test_a_resume_says_it_is_not_bit_for_bit_when_deterministic_kernels_were_off():
+    use_determinism(False)
+    caveat = resume_caveat()
+    assert caveat and "deterministic kernels were off" in caveat
+    use_determinism(True)
+    assert resume_caveat() is None
