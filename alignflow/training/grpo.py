@@ -37,6 +37,7 @@ from alignflow.models.shared_prefill import sharing_prefills
 from alignflow.registry.trainer_callback import TrackingCallback
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.grpo_config import GRPOConfig
+from alignflow.training.held_out_best import HeldOutBest, HeldOutCurve
 from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.run_settings import RunSettings
 from alignflow.training.stage import (
@@ -49,6 +50,8 @@ from alignflow.training.stage import (
 )
 
 RewardFn = Callable[..., list[float]]
+
+HELD_OUT = eval_key("reward")  # the greedy held-out reward every eval_every steps: what "best" means
 
 
 class AlignflowGRPOTrainer(StageTrainerMixin, LabelHeadMixin, GRPOTrainer):
@@ -272,11 +275,20 @@ def run_grpo(
     allow_compiled_decoding(trainer, stage)
     prompts_cut = {"prompts_cut": float(cut_train_prompts(trainer, tokenizer, stage))}
 
+    measured: list[float] = []
+
     def held_out() -> dict[str, float]:  # the reward functions' mean on the eval prompts
         if not eval_rows:
             return {}
         n = stage.max_completion_length
-        model = trainer.sampling_model()
-        return {eval_key("reward"): mean_reward(model, tokenizer, eval_rows, fns, weights, n)}
+        measured.append(mean_reward(trainer.sampling_model(), tokenizer, eval_rows, fns, weights, n))
+        return {HELD_OUT: measured[-1]}
 
-    return train_and_finish("grpo", trainer, output_dir, stage.resume, prompts_cut, held_out)
+    curve = None
+    if stage.eval_every and eval_rows:
+        best = HeldOutBest(output_dir) if stage.hand_on == "best" else None
+        curve = HeldOutCurve(
+            stage.eval_every, lambda: held_out()[HELD_OUT], HELD_OUT, trainer.model, best, lambda: measured[0]
+        )
+        trainer.add_callback(curve)
+    return train_and_finish("grpo", trainer, output_dir, stage.resume, prompts_cut, held_out, curve)

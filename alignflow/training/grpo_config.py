@@ -46,6 +46,17 @@ class GRPOConfig(StageConfig):
         min_length=1,
     )
     environment: str | None = Field(None, description="'module:attribute' of a TRL environment factory")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="score the eval prompts' greedy answers with the reward functions every this many steps "
+        "(eval/reward in MLflow, beside the training reward); 0: only before and after training",
+    )
+    hand_on: Literal["best", "last"] = Field(
+        "best",
+        description="with eval_every: the policy of the step whose held-out reward was highest (0: the "
+        "start, when none beat it), or the last step's; the stage says which (handed_on_step)",
+    )
     cache_implementation: Literal["dynamic", "static"] | None = Field(
         None,
         description="the KV cache TRL's GRPOTrainer generates with (its cache_implementation): None or "

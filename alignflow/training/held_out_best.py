@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import TrainerCallback
 
+from alignflow.registry import tracking
 from alignflow.rl.checkpoint_files import move_into_place, staging_folder
 
 BEST = "best"
@@ -73,3 +76,50 @@ class HeldOutBest:
         if missing:
             raise ValueError(f"{self.folder}: weights of parameters the model lacks: {sorted(missing)[:3]}")
         model.load_state_dict(weights, strict=False)
+
+
+class HeldOutCurve(TrainerCallback):
+    """For a Trainer-based stage: every ``every`` optimizer steps, score the held-out set
+    (``score``, higher is better), log it as ``key`` beside the training figures, and offer the
+    step to ``best`` (None: keep none, the last step is handed on).
+
+    At the start, a fresh run offers its starting model as step 0 (``start_score``: the score
+    the stage measured before training); a resumed run reads the best the interrupted one kept.
+    """
+
+    def __init__(
+        self,
+        every: int,
+        score: Callable[[], float],
+        key: str,
+        model: torch.nn.Module,
+        best: HeldOutBest | None,
+        start_score: Callable[[], float | None],
+    ) -> None:
+        self.every, self.score, self.key, self.model = every, score, key, model
+        self.best, self.start_score = best, start_score
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.best is None:
+            return
+        if state.global_step:
+            self.best.resume(state.global_step)
+            return
+        start = self.start_score()
+        if start is not None:
+            self.best.offer(0, start, self.model)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.every or state.global_step % self.every or not state.is_world_process_zero:
+            return
+        value = self.score()
+        tracking.log_metrics({self.key: value}, step=state.global_step)
+        if self.best is not None:
+            self.best.offer(state.global_step, value, self.model)
+
+    def hand_on(self, last_step: int) -> int:
+        """Put the best step's weights back where it was not the last; the step handed on."""
+        if self.best is None or self.best.step is None or self.best.step == last_step:
+            return last_step
+        self.best.restore(self.model)
+        return self.best.step

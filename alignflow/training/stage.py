@@ -41,6 +41,7 @@ from alignflow.models.positions import position_limit
 from alignflow.registry import tracking
 from alignflow.training.checkpoints import CHECKPOINTS, save_final_model, train_with_resume
 from alignflow.training.determinism import DETERMINISM_TAG, resume_caveat, use_determinism
+from alignflow.training.held_out_best import HeldOutCurve
 from alignflow.training.stage_config import RunConfig, StageConfig
 
 logger = logging.getLogger(__name__)
@@ -180,12 +181,14 @@ def train_and_finish(
     resume: bool,
     metrics: Mapping[str, float] | None = None,
     held_out: Callable[[], dict[str, float]] | None = None,
+    curve: HeldOutCurve | None = None,
 ) -> StageResult:
     """The end every trainer-based stage shares: its held-out figures before (``eval/before_*``)
     and after (``eval/*``) training, training resumed from the last complete checkpoint, what
     ran (``train_loss``, ``global_step`` from the trainer's state) and what it cost, the model
     saved and the result written. ``held_out`` measures them (default: the trainer's
-    ``evaluate()`` on its eval set, when it has one)."""
+    ``evaluate()`` on its eval set, when it has one). With ``curve`` (a callback of the
+    trainer's), the step it hands on replaces the last before the model is measured and saved."""
 
     def evaluated() -> dict[str, float]:
         return held_out_metrics(trainer.evaluate()) if trainer.eval_dataset is not None else {}
@@ -195,6 +198,8 @@ def train_and_finish(
     output, resumed_from = train_with_resume(trainer, output_dir, resume)
     figures["train_loss"] = output.training_loss
     figures["global_step"] = float(trainer.state.global_step)  # what ran, resumes included
+    if curve is not None:
+        figures["handed_on_step"] = float(curve.hand_on(trainer.state.global_step))
     figures.update(measure())
     model_dir = save_final_model(trainer, output_dir)
     return finish_stage(name, output_dir, model_dir, figures, resumed_from, trained_cost(trainer, output))
