@@ -19,6 +19,7 @@ from trl import DPOTrainer
 from alignflow.data.halves import rows_for
 from alignflow.data.pairing import load_optional_pairs, load_pairs, require_rows
 from alignflow.data.snapshot import load_split
+from alignflow.evaluation.metric_names import eval_key
 from alignflow.models.factory import peft_config, trl_model_init_kwargs
 from alignflow.models.prompting import completion_text, format_prompt
 from alignflow.registry.trainer_callback import TrackingCallback
@@ -26,6 +27,7 @@ from alignflow.rl.dpo import ZeroReferenceMixin
 from alignflow.training.batching import LengthGroupedMixin
 from alignflow.training.checkpoints import StageTrainerMixin
 from alignflow.training.dpo_config import DPOConfig
+from alignflow.training.held_out_best import HeldOutBest, HeldOutCurve
 from alignflow.training.logprob_head import LabelHeadMixin
 from alignflow.training.reference_logps import CachedReferenceMixin
 from alignflow.training.run_settings import RunSettings
@@ -33,6 +35,7 @@ from alignflow.training.stage import (
     StageResult,
     begin_stage,
     filter_known_args,
+    held_out_metrics,
     require_length_fits,
     resolve_start_model,
     train_and_finish,
@@ -147,7 +150,42 @@ def run_dpo(
         "dpo", config, stage, classes, kwargs, start, start, tokenizer, datasets,
         reference_cache_dir=stage.reference_cache_dir,
     )  # fmt: skip
-    return train_and_finish("dpo", trainer, output_dir, stage.resume, reference_metrics(trainer))
+    curve = held_out_curve(stage, data_dir, output_dir, trainer, tokenizer)
+    return train_and_finish("dpo", trainer, output_dir, stage.resume, reference_metrics(trainer), curve=curve)
+
+
+def held_out_curve(
+    stage: DPOConfig, data_dir: str | Path, output_dir: Path, trainer: Any, tokenizer: Any
+) -> HeldOutCurve | None:
+    """With ``dpo.eval_every``, the trainer's callback that scores the held-out set every that
+    many steps: greedy answers' task accuracy on eval prompts that carry answers (what the
+    policy is for), else the implicit reward's accuracy on the eval pairs; None without either."""
+    from alignflow.training.grpo import build_reward_function, mean_reward, prompt_rows
+    from alignflow.training.grpo_config import RewardFunctionSpec
+
+    if not stage.eval_every:
+        return None
+    answered = [r for r in prompt_rows(data_dir, "eval") if r["answer"] is not None]
+    answered = answered[: stage.eval_max_rows or None]
+    if answered:
+        key = eval_key("task_accuracy")
+        correct = [build_reward_function(RewardFunctionSpec(kind="correctness"))]
+
+        def score() -> float:
+            return mean_reward(trainer.model, tokenizer, answered, correct, [1.0], stage.eval_max_new_tokens)
+
+    elif trainer.eval_dataset is not None:
+        key = eval_key("rewards/accuracies")
+
+        def score() -> float:
+            return held_out_metrics(trainer.evaluate())[key]
+
+    else:
+        return None
+    best = HeldOutBest(output_dir) if stage.hand_on == "best" else None
+    curve = HeldOutCurve(stage.eval_every, score, key, trainer.model, best)
+    trainer.add_callback(curve)
+    return curve
 
 
 def reference_metrics(trainer: Any) -> dict[str, float]:

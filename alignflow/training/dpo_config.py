@@ -7,11 +7,13 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from alignflow.losses.dpo_loss_types import DPO_LOSS_TYPES
-from alignflow.training.stage_config import StageConfig
+from alignflow.training.stage_config import HeldOutSchedule, StageConfig
 
 
-class DPOConfig(StageConfig):
-    """Offline preference optimisation of the SFT policy against a frozen reference."""
+class DPOConfig(StageConfig, HeldOutSchedule):
+    """Offline preference optimisation of the SFT policy against a frozen reference; its held-out
+    measure is the task accuracy of greedy answers where the eval prompts have answers, else the
+    implicit reward's accuracy on the eval pairs."""
 
     learning_rate: float = Field(5e-4, gt=0)
     loss_type: str | list[str] = Field("sigmoid", description=f"DPO losses: {', '.join(DPO_LOSS_TYPES)}")
@@ -19,6 +21,9 @@ class DPOConfig(StageConfig):
         None, description="one weight per loss_type entry (e.g. [1.0, 0.2] for [sigmoid, sft]); None: all 1"
     )
     beta: float = Field(0.1, gt=0)
+    eval_max_new_tokens: int = Field(
+        48, ge=1, description="with eval_every and answers: the tokens each greedy held-out answer may take"
+    )
     label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
     reference_free: bool = Field(False, description="compare against a uniform reference (log p_ref = 0)")
     max_prompt_length: int | None = None

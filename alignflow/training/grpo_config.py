@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from alignflow.training.stage_config import StageConfig
+from alignflow.training.stage_config import HeldOutSchedule, StageConfig
 
 
 class RewardFunctionSpec(BaseModel):
@@ -30,8 +30,9 @@ class RewardFunctionSpec(BaseModel):
         return self
 
 
-class GRPOConfig(StageConfig):
-    """Group-relative policy optimisation on prompts, scored by the configured reward functions."""
+class GRPOConfig(StageConfig, HeldOutSchedule):
+    """Group-relative policy optimisation on prompts, scored by the configured reward functions;
+    its held-out measure is their mean over greedy answers to the eval prompts."""
 
     learning_rate: float = Field(5e-4, gt=0)
     per_device_train_batch_size: int = Field(16, ge=1)
@@ -46,17 +47,6 @@ class GRPOConfig(StageConfig):
         min_length=1,
     )
     environment: str | None = Field(None, description="'module:attribute' of a TRL environment factory")
-    eval_every: int = Field(
-        0,
-        ge=0,
-        description="score the eval prompts' greedy answers with the reward functions every this many steps "
-        "(eval/reward in MLflow, beside the training reward); 0: only before and after training",
-    )
-    hand_on: Literal["best", "last"] = Field(
-        "best",
-        description="with eval_every: the policy of the step whose held-out reward was highest (0: the "
-        "start, when none beat it), or the last step's; the stage says which (handed_on_step)",
-    )
     cache_implementation: Literal["dynamic", "static"] | None = Field(
         None,
         description="the KV cache TRL's GRPOTrainer generates with (its cache_implementation): None or "

@@ -83,8 +83,9 @@ class HeldOutCurve(TrainerCallback):
     (``score``, higher is better), log it as ``key`` beside the training figures, and offer the
     step to ``best`` (None: keep none, the last step is handed on).
 
-    At the start, a fresh run offers its starting model as step 0 (``start_score``: the score
-    the stage measured before training); a resumed run reads the best the interrupted one kept.
+    At the start, a fresh run logs and offers its starting model as step 0 (``start_score``: the score
+    the stage measured before training; None: scored here); a resumed run reads the best the
+    interrupted one kept.
     """
 
     def __init__(
@@ -94,19 +95,21 @@ class HeldOutCurve(TrainerCallback):
         key: str,
         model: torch.nn.Module,
         best: HeldOutBest | None,
-        start_score: Callable[[], float | None],
+        start_score: Callable[[], float | None] | None = None,
     ) -> None:
         self.every, self.score, self.key, self.model = every, score, key, model
-        self.best, self.start_score = best, start_score
+        self.best, self.start_score = best, start_score or score
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.best is None:
-            return
-        if state.global_step:
-            self.best.resume(state.global_step)
+        if state.global_step:  # resumed: the curve's start and the best so far were kept
+            if self.best is not None:
+                self.best.resume(state.global_step)
             return
         start = self.start_score()
-        if start is not None:
+        if start is None:
+            return
+        tracking.log_metrics({self.key: start}, step=0)  # the curve starts where the stage started
+        if self.best is not None:
             self.best.offer(0, start, self.model)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -8,7 +8,7 @@ names. A stage whose algorithm names those knobs its own way (PPO: ``num_iterati
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,4 +66,21 @@ class StageConfig(RunConfig):
     )
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="passed through to the TRL/transformers config (any field it has)"
+    )
+
+
+class HeldOutSchedule(BaseModel):
+    """How an RL stage watches its held-out set while it trains, and which step it hands on
+    (:class:`~alignflow.training.held_out_best.HeldOutCurve`)."""
+
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="score the held-out set by the stage's own measure every this many steps (logged "
+        "beside the training figures, drawn in the learning curves); 0: only before and after training",
+    )
+    hand_on: Literal["best", "last"] = Field(
+        "best",
+        description="with eval_every: the policy of the step that scored best there (0: the start, when "
+        "none beat it), or the last step's; the stage says which (handed_on_step)",
     )
