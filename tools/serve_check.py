@@ -29,6 +29,7 @@ import requests
 
 STARTUP_SECONDS = 240
 CHAT_PROMPTS = 8  # chat bodies go one prompt a request: a few are enough to compare
+REQUEST_TIMEOUT_S = 1800
 
 
 def user_environment(workspace: Path) -> dict[str, str]:
@@ -52,7 +53,12 @@ def served(model_uri: str, tracking_uri: str, workspace: Path) -> Iterator[str]:
     log = workspace / f"serve-{port}.log"
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri]
     command += ["--env-manager", "local", "-p", str(port)]
-    env = user_environment(workspace) | {"MLFLOW_TRACKING_URI": tracking_uri}
+    # MLflow's scoring server gives up on a request after 60 s by default: a real model on a
+    # CPU answers a whole pinned set in one request (as the evaluation batched it) more slowly
+    env = user_environment(workspace) | {
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT_S),
+    }
     with log.open("w") as output:
         server = subprocess.Popen(
             command, cwd=workspace, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
@@ -79,7 +85,7 @@ def wait_for_ping(url: str, server: subprocess.Popen, log: Path) -> None:
     raise RuntimeError(f"not serving after {STARTUP_SECONDS}s:\n{log.read_text()[-3000:]}")
 
 
-def invoke(url: str, body: dict, timeout: float = 1800) -> dict:
+def invoke(url: str, body: dict, timeout: float = REQUEST_TIMEOUT_S) -> dict:
     answer = requests.post(f"{url}/invocations", json=body, timeout=timeout)
     if answer.status_code != 200:
         raise RuntimeError(f"/invocations answered {answer.status_code}: {answer.text[-2000:]}")
