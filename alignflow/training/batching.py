@@ -12,6 +12,7 @@ whole ``chosen_input_ids``/``rejected_input_ids`` sequences with the prompt in t
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,15 +72,12 @@ class LengthGroupedMixin(_TrainerBase):
         # a sized dataset: transformers asks for a sampler only for those (not an IterableDataset)
         dataset: Any = self.train_dataset if train_dataset is None else train_dataset
         if getattr(self.args, "train_sampling_strategy", None) == "group_by_length":
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
             lengths = padded_lengths(dataset, getattr(self.args, "max_length", None))
             if lengths is not None:
-                from transformers.trainer_pt_utils import LengthGroupedSampler
-
                 batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
-                return LengthGroupedSampler(batch, lengths=lengths)
-            from torch.utils.data import RandomSampler
-
-            return RandomSampler(dataset)
+                return _epoch_seeded("length_grouped")(seed, batch, lengths=lengths)
+            return _epoch_seeded("random")(seed, dataset)
         return super()._get_train_sampler(train_dataset)
 
     def _get_eval_sampler(self, eval_dataset: Any):
@@ -100,3 +98,36 @@ class LengthGroupedMixin(_TrainerBase):
         return LengthGroupedSampler(
             self.args.eval_batch_size, lengths=lengths, generator=torch.Generator().manual_seed(seed)
         )
+
+
+def _epoch_generator(seed: int, epoch: int) -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+class _EpochSeeded:
+    """A sampler whose order is a function of (seed, epoch) alone, never of torch's global RNG.
+
+    Drawn from the global RNG, an epoch's order depended on everything drawn before it (dropout,
+    sampling): a run resumed in its second epoch or later drew that epoch's order again from a
+    freshly seeded RNG, trained on other batches than the uninterrupted run and ended with other
+    weights. transformers calls ``set_epoch`` before each epoch, the resumed one included."""
+
+    def __init__(self, seed: int, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs, generator=_epoch_generator(seed, 0))  # type: ignore[call-arg]
+        self.seed = seed
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator = _epoch_generator(self.seed, epoch)
+
+
+@cache
+def _epoch_seeded(base: str) -> type:
+    """``_EpochSeeded`` over transformers' length-grouped sampler or torch's random one, built
+    on first use (the module imports neither)."""
+    from torch.utils.data import RandomSampler
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    sampler: type = LengthGroupedSampler if base == "length_grouped" else RandomSampler
+    return type(f"EpochSeeded{sampler.__name__}", (_EpochSeeded, sampler), {"__module__": __name__})

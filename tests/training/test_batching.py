@@ -67,6 +67,8 @@ class _Trainer(LengthGroupedMixin, _Base):
             train_batch_size=batch,
             gradient_accumulation_steps=1,
             max_length=None,
+            seed=0,
+            data_seed=None,
         )
 
 
@@ -81,13 +83,14 @@ def test_grouped_batches_cover_every_row_once_with_a_fraction_of_the_padding():
     torch.manual_seed(0)
     data = _pairs(640)
     lengths = padded_lengths(data)
-    order = list(_Trainer(data, "group_by_length")._get_train_sampler())
+    sampler = _Trainer(data, "group_by_length")._get_train_sampler()
+    order = list(sampler)
     assert sorted(order) == list(range(len(data)))
     shuffled = list(range(len(data)))
     random.Random(1).shuffle(shuffled)
     assert _padding(lengths, order, 8) < 0.25 * _padding(lengths, shuffled, 8)
-    again = list(_Trainer(data, "group_by_length")._get_train_sampler())
-    assert again != order  # still shuffled from epoch to epoch, not one fixed sort
+    sampler.set_epoch(1)
+    assert list(sampler) != order  # still shuffled from epoch to epoch, not one fixed sort
 
 
 @pytest.mark.parametrize("strategy", ["random", "sequential"])
@@ -108,3 +111,20 @@ def test_preference_stages_group_by_length_unless_told_not_to(demo_config, tmp_p
     assert "train_sampling_strategy" not in trainer_arguments(
         config.sft, tmp_path, config.model, 0, has_eval=False
     )
+
+
+def test_an_epoch_s_order_depends_on_the_seed_and_epoch_alone():
+    """A run resumed in a later epoch draws that epoch's order as the uninterrupted run did,
+    whatever torch's global RNG went through before (dropout, sampling, a fresh process)."""
+    import torch
+
+    dataset = _pairs(64)
+    orders = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        sampler = _Trainer(dataset, "group_by_length")._get_train_sampler()
+        sampler.set_epoch(3)
+        orders.append(list(sampler))
+    assert orders[0] == orders[1]
+    sampler.set_epoch(4)
+    assert list(sampler) != orders[0], "another epoch, another order"

@@ -3,13 +3,10 @@ training figures, and hands on the best step it measured (the start when none be
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from alignflow.training import held_out_best
+from tests.training.held_out_checks import assert_hands_on_the_best_step
 
 pytestmark = pytest.mark.slow
 WRECKING = ("grpo.max_steps=4", "grpo.eval_every=2", "grpo.learning_rate=0.05", "grpo.eval_max_rows=16")
@@ -40,14 +37,8 @@ def test_grpo_hands_on_its_best_held_out_step_and_says_which(
     assert sorted(curve_points) == [0, 2, 4], "the start, then every eval_every steps"
     assert curve_points[0] == result.metrics["eval/before_reward"]
     scores = dict(curve_points)
-    best = max(scores, key=lambda step: (scores[step], -step))  # a tie goes to the earlier step
-    assert best != 4, f"a wrecking learning rate: the last step is not the best ({scores})"
-    assert result.metrics["handed_on_step"] == best
-    assert result.metrics["eval/reward"] == pytest.approx(scores[best])  # the handed-on policy, scored again
-    if best == 0:
-        handed = load_file(Path(result.model_dir) / "model.safetensors")
-        start = load_file(Path(sft_result.model_dir) / "model.safetensors")
-        assert all(torch.equal(handed[k], start[k]) for k in start)
+    start = sft_result.model_dir
+    assert_hands_on_the_best_step(result.metrics, scores, result.model_dir, start, rescored="eval/reward")
 
     curve_points.clear()
     last = run_grpo(
@@ -84,9 +75,4 @@ def test_dpo_scores_answers_every_eval_every_steps_and_hands_on_the_best(
     assert sorted(curve_points) == [0, 2, 4], curve_points
     accuracy = dict(curve_points)
     assert accuracy[4] < accuracy[0], f"a wrecking learning rate wrecks the answers ({accuracy})"
-    best = max(accuracy, key=lambda step: (accuracy[step], -step))
-    assert result.metrics["handed_on_step"] == best != 4
-    if best == 0:  # the SFT start answered better than any step measured
-        weights = load_file(Path(result.model_dir) / "model.safetensors")
-        start = load_file(Path(sft_result.model_dir) / "model.safetensors")
-        assert all(torch.equal(weights[k], start[k]) for k in start)
+    assert_hands_on_the_best_step(result.metrics, accuracy, result.model_dir, sft_result.model_dir)

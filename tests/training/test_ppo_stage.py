@@ -23,6 +23,7 @@ from alignflow.training.ppo import (
     run_ppo,
     trainer_config,
 )
+from tests.training.held_out_checks import assert_hands_on_the_best_step
 
 REPO = Path(__file__).resolve().parents[2]
 VERIFIERS = ["ppo.reward_model=null", "ppo.verifiable_rewards=[correctness,format]"]
@@ -193,14 +194,8 @@ def test_ppo_hands_on_its_best_held_out_step_and_says_which(demo_config, demo_sn
     }
     scores = {0: result.metrics["eval/before_reward"], **measured}
     assert sorted(scores) == [0, 2, 4]
-    best = max(scores, key=lambda step: (scores[step], -step))  # a tie goes to the earlier step
-    assert best != 4, scores
-    assert result.metrics["handed_on_step"] == best
-    assert result.metrics["eval/reward"] == pytest.approx(scores[best])  # the handed-on policy, scored again
-    if best == 0:
-        handed = load_file(Path(result.model_dir) / "model.safetensors")
-        start = load_file(Path(sft_result.model_dir) / "model.safetensors")
-        assert all(torch.equal(handed[k], start[k]) for k in start)
+    start = sft_result.model_dir
+    assert_hands_on_the_best_step(result.metrics, scores, result.model_dir, start, rescored="eval/reward")
 
     last = run_ppo(
         demo_config(*wrecking, "ppo.hand_on=last"),

@@ -22,8 +22,10 @@ SMALL = ["model.hidden_size=64", "model.intermediate_size=128"]
 # stage trains from the base model here, so each runs on its own
 STAGES = {
     "sft": ({"max_steps": 40, "save_steps": 5}, 15),
-    "reward": ({"max_steps": 24, "save_steps": 4}, 8),
-    "dpo": ({"max_steps": 24, "save_steps": 4}, 8),
+    # 40 steps an epoch on the demo snapshot: these two resume in their second epoch, whose order
+    # the resumed run must draw as the uninterrupted one did (the chaos bench found it did not)
+    "reward": ({"max_steps": 60, "save_steps": 10}, 50),
+    "dpo": ({"max_steps": 60, "save_steps": 10}, 50),
     "grpo": ({"max_steps": 12, "save_steps": 3, "eval_max_rows": 16}, 6),
     "ppo": (
         {
