@@ -204,9 +204,8 @@ def register(app: typer.Typer) -> None:
         from alignflow.flows.retrain import retrain
         from alignflow.flows.sync_calls import resolved
 
-        pipeline_config = load_config_or_exit(
-            config, overrides
-        )  # a bad --set fails now, not at the first run
+        # checked now: a bad --set fails here, not at the first scheduled run
+        pipeline_config = load_config_or_exit(config, overrides)
         console.print(f"serving retrain/{name} on cron '{cron}' with {config}")
         deployments = [
             resolved(
