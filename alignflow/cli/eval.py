@@ -351,3 +351,56 @@ def policy(
         _print_rows(report["rows"])
         console.print(_metrics_table(f"{bench.name}: policy {model}", report["metrics"]))
         _finish(report, bench, resolved, output, uri, track)
+
+
+@app.command("fit-judge", epilog=EXIT_HELP)
+def fit_judge(
+    data: Path = typer.Option(..., "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="the judge artefact to write (JSON)"),
+    half: str = typer.Option(
+        "all",
+        "--half",
+        help="fit on the prompts of one half only (policy or reward, split by the prompt's hash as "
+        "policy.reward_data: disjoint splits a run), so the run's reward model never saw them",
+    ),
+    source: str = typer.Option(
+        None, "--source", help="how the data is named in the artefact (default: the path)"
+    ),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
+    config_path: Path = typer.Option(None, "--config", help="pipeline config YAML (data section)"),
+    max_rows: int = typer.Option(None, "--max-rows", min=1, metavar="N", help=MAX_ROWS_HELP),
+) -> None:
+    """Fit an outside judge once: frozen MiniLM embeddings and a linear preference head.
+
+    Name the artefact in a config (evaluation.outside_judge) and every evaluation reports its
+    win rates beside the run's own reward model's, and how often the two agree on the pinned
+    pairs. It refuses a pinned set that shares a prompt with the pairs it was fitted on.
+    """
+    import hashlib
+
+    from alignflow.data.halves import HALF_OF, rows_for
+    from alignflow.evaluation.embedding_judge import fit_judge as fit
+    from alignflow.logs import quiet_environment
+
+    quiet_environment()
+    if half not in ("all", *HALF_OF):
+        raise _fail(EXIT_USAGE, f"--half {half!r}: choose all, policy or reward")
+    cfg = _config(config_path, overrides)
+    bench = _read(data, cfg, max_rows, None, None)
+    pairs = bench.pairs() if half == "all" else rows_for(bench.pairs(), "disjoint", half)  # type: ignore[arg-type]
+    if len(pairs) < 20:
+        raise _fail(
+            EXIT_NOTHING_TO_EVALUATE, f"{data}: {len(pairs)} pairs in half {half!r}; a judge needs 20"
+        )
+    digest = hashlib.sha256(data.read_bytes()).hexdigest() if data.is_file() else None
+    trained_on = {"source": source or str(data), "sha256": digest, "half": half}
+    with _failures_exit_3():
+        artefact = fit(pairs, trained_on)
+        artefact.save(out)
+    fitted = artefact.fit
+    console.print(
+        f"fitted on {len(pairs)} pairs ({len(artefact.prompt_hashes)} prompts); cross-validated pair "
+        f"accuracy {fitted['cv_pair_accuracy']:.3f} (C={fitted['C']:g}); wrote {out}",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -50,6 +50,8 @@ from alignflow.evaluation.metric_names import (
     WORST_SLICE_TASK_ACCURACY,
     golden_key,
     judge_agreement_key,
+    judge_pair_accuracy_key,
+    judge_reward_agreement_key,
     win_rate_key,
 )
 from alignflow.evaluation.metrics import completion_lengths, score_pairs
@@ -263,6 +265,21 @@ def reward_slices(
 
     groups = group_items([p["prompt"] for p in pairs], [p.get("metadata") for p in pairs], fields)
     return slice_changes(groups, ours, theirs, min_items, example)
+
+
+def judge_beside_reward_model(
+    judge: Any, pairs: Sequence[Mapping[str, Any]], scorer: Scorer | None = None
+) -> EvalReport:
+    """A scoring judge's accuracy on the pinned pairs and, where the run has a reward model,
+    how often the two rank a pair alike (``judge.score`` maps prompts and answers to scores)."""
+    metrics: dict[str, float | None] = {}
+    ours = reward_pair_outcomes(judge.score, pairs)
+    put_estimate(metrics, judge_pair_accuracy_key(judge.name), wilson_of(ours))
+    if scorer is not None:
+        theirs = reward_pair_outcomes(scorer, pairs)
+        alike = [1.0 if a == b else 0.0 for a, b in zip(ours, theirs, strict=True)]
+        put_estimate(metrics, judge_reward_agreement_key(judge.name), wilson_of(alike))
+    return EvalReport(metrics=metrics)
 
 
 def judge_reward_model(

@@ -69,6 +69,12 @@ class EvaluationConfig(BaseModel):
     )
     golden_dir: str = Field("golden", description="where the frozen pinned set lives (DVC-tracked)")
     llm_judge: LLMJudgeConfig | None = Field(None, description="an LLM judge on the pinned set")
+    outside_judge: str | None = Field(
+        None,
+        description="a judge fitted once outside every run (`alignflow eval fit-judge`), by built-in name "
+        "(hh-harmless-minilm) or artefact path: its win rates and its agreement with the run's reward "
+        "model on the pinned pairs are reported beside the run's judges; it never decides a promotion",
+    )
     slice_fields: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SLICE_FIELDS),
         description="pinned rows' metadata fields that declare a slice (beside the derived problem "

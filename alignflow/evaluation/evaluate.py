@@ -17,7 +17,7 @@ from alignflow.data.normalize import RowError, normalize_row
 from alignflow.data.split import distinct_prompt_rows
 from alignflow.evaluation import metric_names as names
 from alignflow.evaluation.config import EvaluationConfig
-from alignflow.evaluation.judge_registry import JudgeInputs, build_pinned_set_judges
+from alignflow.evaluation.judge_registry import OUTSIDE_JUDGE, JudgeInputs, build_pinned_set_judges
 from alignflow.evaluation.judges import AnswerJudge, Judge, RewardModelJudge, Scorer, win_rate
 from alignflow.evaluation.kl import sampled_kl
 from alignflow.evaluation.metrics import (
@@ -281,7 +281,7 @@ def evaluate_on_golden(
 ) -> EvalReport:
     """Reward model and policy judged on the pinned set, with intervals (see ``challenger``);
     ``rl_start``: the model the RL stage started from (``reference`` itself where it did)."""
-    from alignflow.evaluation.challenger import judge_on_golden, judge_reward_model
+    from alignflow.evaluation.challenger import judge_beside_reward_model, judge_on_golden, judge_reward_model
 
     config = config or EvaluationConfig()
     complete = complete or RememberedAnswers(config)
@@ -292,8 +292,12 @@ def evaluate_on_golden(
             pairs, _raw(scorer), champion_scorer, config.seed, config.slice_fields, config.min_slice_items
         )
         report = report.merge(judged)
+    pinned_prompts = tuple(record["prompt"] for record in golden_records)
+    judges = build_pinned_set_judges(JudgeInputs(config, scorer, champion_scorer, pinned_prompts))
+    if OUTSIDE_JUDGE in judges and pairs:
+        outside = judges[OUTSIDE_JUDGE]
+        report = report.merge(judge_beside_reward_model(outside, pairs, _raw(scorer) if scorer else None))
     if policy is not None:
-        judges = build_pinned_set_judges(JudgeInputs(config, scorer, champion_scorer))
         report = report.merge(
             judge_on_golden(golden_records, complete, policy, reference, champion, judges, config, rl_start)
         )

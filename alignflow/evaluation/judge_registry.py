@@ -4,19 +4,22 @@ Evaluation builds every registered judge that is available for the run (a judge'
 returns None where it cannot judge, e.g. no champion reward model yet) and records its win
 rates and its agreement with the verifiable answers; promotion counts a judge only when it
 comes from outside the challenger's run (``outside_the_run``) or, for the run's own reward
-model, once that model has passed its own gates. A new judge is its own module plus one
-``register_judge`` line.
+model, once that model has passed its own gates. A judge registered with ``decides=False``
+(the pinned outside judge) is reported beside them and never counted. A new judge is its own
+module plus one ``register_judge`` line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import Judge, RewardModelJudge, Scorer
 
 OWN_REWARD_JUDGE = "reward"  # the run's own reward model: counts only once it passed its gates
+OUTSIDE_JUDGE = "outside"  # a judge fitted once, outside every run (evaluation.outside_judge): reported
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class JudgeInputs:
     config: EvaluationConfig
     scorer: Scorer | None = None  # the run's own reward model
     champion_scorer: Scorer | None = None  # the champion reward model, where one exists
+    pinned_prompts: tuple[Any, ...] = ()  # every prompt of the pinned set (a fitted judge must not know one)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class JudgeSpec:
     name: str
     build: Callable[[JudgeInputs], Judge | None]  # None: this judge cannot judge this run
     outside_the_run: bool = True  # independent of the challenger's own training
+    decides: bool = True  # False: its figures are reported, its verdicts never decide a promotion
 
 
 _JUDGES: dict[str, JudgeSpec] = {}
@@ -53,7 +58,7 @@ def unregister_judge(name: str) -> None:
 
 def outside_judges() -> tuple[str, ...]:
     """The judges that count without proving themselves first: none of them trained in the run."""
-    return tuple(name for name, spec in _JUDGES.items() if spec.outside_the_run)
+    return tuple(name for name, spec in _JUDGES.items() if spec.outside_the_run and spec.decides)
 
 
 def build_pinned_set_judges(inputs: JudgeInputs) -> dict[str, Judge]:
@@ -83,6 +88,15 @@ def _llm(inputs: JudgeInputs) -> Judge | None:
     )
 
 
+def _outside(inputs: JudgeInputs) -> Judge | None:
+    if inputs.config.outside_judge is None:
+        return None
+    from alignflow.evaluation.embedding_judge import load_outside_judge
+
+    return load_outside_judge(inputs.config.outside_judge, inputs.pinned_prompts, inputs.config.tie_margin)
+
+
 register_judge(JudgeSpec("champion_reward", _champion_reward))
 register_judge(JudgeSpec(OWN_REWARD_JUDGE, _own_reward, outside_the_run=False))
 register_judge(JudgeSpec("llm", _llm))
+register_judge(JudgeSpec(OUTSIDE_JUDGE, _outside, decides=False))

@@ -47,6 +47,17 @@ def judge_agreement_key(judge: str) -> str:
     return f"{GOLDEN}/{judge}/verifier_agreement"
 
 
+def judge_pair_accuracy_key(judge: str) -> str:
+    """``golden/<judge>/pair_accuracy``: how often a judge ranks a pinned pair's chosen answer first."""
+    return f"{GOLDEN}/{judge}/pair_accuracy"
+
+
+def judge_reward_agreement_key(judge: str) -> str:
+    """``golden/<judge>/agreement_with_reward``: how often a judge ranks a pinned pair as the
+    run's own reward model does (two judges alike in their mistakes agree whatever the truth)."""
+    return f"{GOLDEN}/{judge}/agreement_with_reward"
+
+
 def promoted_key(role: str) -> str:
     """``promoted/<role>``: 1 when the run's version of ``role`` holds ``champion`` after it, else 0."""
     return f"{PROMOTED}/{role}"

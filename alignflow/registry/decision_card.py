@@ -40,6 +40,8 @@ class JudgedOn:
     rl_stage: str | None = None
     # what the pipeline run cost and, for a policy, each +0.01 of its gain (evaluation.cost)
     cost: str | None = None
+    # the judge fitted outside every run, in one line (evaluation.outside_judge): reported only
+    outside_judge: str | None = None
 
 
 def _number(value: float | None, digits: str = ".4g") -> str:
@@ -162,6 +164,7 @@ def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str
         *([f"- {judged_on.rl_stage}"] if judged_on.rl_stage else []),
         *([f"- {judged_on.cost}"] if judged_on.cost else []),
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
+        *([f"- {judged_on.outside_judge}"] if judged_on.outside_judge else []),
         f"- Data version (DVC md5): `{judged_on.data_version or 'unknown'}`",
         *(
             [f"- Trained on pairs no judge could judge, accepted: {judged_on.accepted_unjudged}"]

@@ -23,6 +23,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from alignflow.evaluation.cost import cost_line
+from alignflow.evaluation.embedding_judge import judge_line
+from alignflow.evaluation.judge_registry import OUTSIDE_JUDGE
 from alignflow.evaluation.metric_names import ANSWERS, TASK_ACCURACY_GAIN
 from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.kill_points import kill_point
@@ -237,6 +239,7 @@ def judged_on(
         accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
         rl_stage=rl_gain_line(metrics) if role == "policy" else None,
         cost=cost_said(tracking_uri, pipeline, metrics, role) if pipeline else None,
+        outside_judge=judge_line(metrics, OUTSIDE_JUDGE),
     )
 
 
