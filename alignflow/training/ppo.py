@@ -43,6 +43,7 @@ from alignflow.data.pairing import require_rows
 from alignflow.data.snapshot import load_split
 from alignflow.errors import InputError
 from alignflow.evaluation.metric_names import before_key, eval_key
+from alignflow.evaluation.repetition import loops
 from alignflow.models.factory import peft_config, select_dtype
 from alignflow.models.prompting import format_prompt, generate
 from alignflow.models.reward_scorer import load_reward_scorer
@@ -111,6 +112,11 @@ def _format(prompts, responses, metadata) -> list[float]:
     return [format_reward(r) for r in responses]
 
 
+def _loops(prompts, responses, metadata) -> list[float]:
+    """1.0 for a response that loops: the share of a batch that does, as ``train/reward/loops``."""
+    return [float(loops(r)) for r in responses]
+
+
 def _scorer_component(scorer: Scorer) -> Component:
     def score(prompts, responses, metadata) -> list[float]:
         return [float(r) for r in scorer([m["prompt"] for m in metadata], list(responses))]
@@ -144,6 +150,8 @@ def build_stage_reward(
     verifiers = {"correctness": _correctness, "format": _format}
     for name in stage.verifiable_rewards:
         components[name] = (stage.weight(name), verifiers[name])
+    if stage.loop_penalty:
+        components["loops"] = (-stage.loop_penalty, _loops)
     return StageReward(components)
 
 

@@ -63,6 +63,13 @@ class PPOStageConfig(RunConfig, PPOConfig):
     reward_weights: dict[str, float] = Field(
         default_factory=dict, description="weight per source (reward_model, correctness, format); default 1"
     )
+    loop_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        description="subtracted from the reward of a sampled response that loops (evaluation.repetition): "
+        "a learnt reward model scores \"I'm sorry. I'm sorry. ...\" like any answer, and PPO finds such "
+        "text first; in the reward model's normalised units (1.0: one standard deviation); 0: off",
+    )
     hand_on: Literal["best", "last"] = Field(
         "best",
         description="with eval_every: the policy of the iteration whose greedy held-out reward was highest "

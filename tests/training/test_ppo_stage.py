@@ -112,6 +112,16 @@ def test_stage_reward_is_the_weighted_sum_of_its_sources(demo_config):
     assert reward.last == pytest.approx({"correctness": 1 / 3, "format": 2 / 3})
 
 
+def test_a_looping_response_loses_the_loop_penalty_and_the_batch_loop_share_is_logged(demo_config):
+    stage = demo_config(*VERIFIERS, "ppo.loop_penalty=2.0").ppo
+    reward = build_stage_reward(stage, torch.device("cpu"))
+    meta = [{"prompt": "What is 3 plus 4?", "answer": 7}] * 2
+    looping = "The answer is 7. I'm not sure. I'm not sure. I'm not sure. I'm not sure. I'm not sure."
+    assert reward(["p"] * 2, ["The answer is 7.", looping], meta) == pytest.approx([2.0, 2.0 - 2.0])
+    assert reward.last["loops"] == 0.5
+    assert "loops" not in build_stage_reward(demo_config(*VERIFIERS).ppo, torch.device("cpu")).components
+
+
 # ---------------------------------------------------------------- training (slow)
 
 
