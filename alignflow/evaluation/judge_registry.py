@@ -17,6 +17,7 @@ from typing import Any
 
 from alignflow.evaluation.config import EvaluationConfig
 from alignflow.evaluation.judges import Judge, RewardModelJudge, Scorer
+from alignflow.named_registry import NamedRegistry
 
 OWN_REWARD_JUDGE = "reward"  # the run's own reward model: counts only once it passed its gates
 OUTSIDE_JUDGE = "outside"  # a judge fitted once, outside every run (evaluation.outside_judge): reported
@@ -40,30 +41,25 @@ class JudgeSpec:
     decides: bool = True  # False: its figures are reported, its verdicts never decide a promotion
 
 
-_JUDGES: dict[str, JudgeSpec] = {}
+_JUDGES: NamedRegistry[JudgeSpec] = NamedRegistry("judge", "it names metrics")
 
 
 def register_judge(spec: JudgeSpec, replace: bool = False) -> JudgeSpec:
-    if not spec.name.isidentifier():
-        raise ValueError(f"judge name {spec.name!r} must be an identifier (it names metrics)")
-    if spec.name in _JUDGES and not replace:
-        raise ValueError(f"judge {spec.name!r} is already registered")
-    _JUDGES[spec.name] = spec
-    return spec
+    return _JUDGES.add(spec, replace)
 
 
 def unregister_judge(name: str) -> None:
-    _JUDGES.pop(name, None)
+    _JUDGES.remove(name)
 
 
 def outside_judges() -> tuple[str, ...]:
     """The judges that count without proving themselves first: none of them trained in the run."""
-    return tuple(name for name, spec in _JUDGES.items() if spec.outside_the_run and spec.decides)
+    return tuple(name for name, spec in _JUDGES.all().items() if spec.outside_the_run and spec.decides)
 
 
 def build_pinned_set_judges(inputs: JudgeInputs) -> dict[str, Judge]:
     """Every registered judge that can judge this run, by name, in registration order."""
-    built = {name: spec.build(inputs) for name, spec in _JUDGES.items()}
+    built = {name: spec.build(inputs) for name, spec in _JUDGES.all().items()}
     return {name: judge for name, judge in built.items() if judge is not None}
 
 

@@ -65,6 +65,7 @@ from alignflow.evaluation.metric_names import (
     win_rate_key,
 )
 from alignflow.evaluation.rl_stage import rl_start_said
+from alignflow.named_registry import NamedRegistry
 from alignflow.promotion.promotion_config import PromotionConfig
 
 # preference judges; "reward" is the challenger's own reward model and must earn its place
@@ -237,23 +238,20 @@ class GateSpec:
     rule: GateRule  # the gates it makes for a context (none where its setting is off)
 
 
-_GATES: dict[str, GateSpec] = {}
+_GATES: NamedRegistry[GateSpec] = NamedRegistry("gate")
 
 
 def register_gate(spec: GateSpec, replace: bool = False) -> GateSpec:
     """Add a gate rule; a new gate is its own function plus one ``register_gate`` line."""
-    if spec.name in _GATES and not replace:
-        raise ValueError(f"gate {spec.name!r} is already registered")
-    _GATES[spec.name] = spec
-    return spec
+    return _GATES.add(spec, replace)
 
 
 def unregister_gate(name: str) -> None:
-    _GATES.pop(name, None)
+    _GATES.remove(name)
 
 
 def gate_specs() -> dict[str, GateSpec]:
-    return dict(_GATES)
+    return _GATES.all()
 
 
 def gate(
@@ -442,7 +440,7 @@ def gates_for(
         threshold = config.min_human_score_gain if config.min_human_score_gain is not None else 0.0
         return gate("human_score_gain", HUMAN_SCORE_GAIN, ">", threshold, "low")
     context = GateContext(config, role, has_champion, tuple(judges), has_answers, slices)
-    return [g for spec in _GATES.values() if spec.role == role for g in spec.rule(context)]
+    return [g for spec in _GATES.all().values() if spec.role == role for g in spec.rule(context)]
 
 
 def _passes(value: float | None, op: Op, threshold: float) -> bool:

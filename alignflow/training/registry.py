@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from alignflow.named_registry import NamedRegistry
+
 Role = Literal["sft", "reward", "policy"]
 ENTRY_POINT_GROUP = "alignflow.stages"
 REWARD_STAGE_REF = "@reward"  # a reward-model path the retraining flow swaps for the reward stage's model
@@ -84,23 +86,18 @@ class StageSpec:
         return _resolve(self.config)
 
 
-_STAGES: dict[str, StageSpec] = {}
+_STAGES: NamedRegistry[StageSpec] = NamedRegistry("training stage", "it is a config section")
 _plugins_loaded = False
 
 
 def register_stage(spec: StageSpec, replace: bool = False) -> StageSpec:
     """Add a stage; a name taken by another stage is an error unless ``replace``."""
-    if not spec.name.isidentifier():
-        raise ValueError(f"stage name {spec.name!r} must be a Python identifier (it is a config section)")
-    if spec.name in _STAGES and not replace:
-        raise ValueError(f"a training stage named {spec.name!r} is already registered")
-    _STAGES[spec.name] = spec
-    return spec
+    return _STAGES.add(spec, replace)
 
 
 def unregister_stage(name: str) -> None:
     """Remove a stage (tests that register a toy one clean up with this)."""
-    _STAGES.pop(name, None)
+    _STAGES.remove(name)
 
 
 def _load_plugins() -> None:
@@ -115,14 +112,12 @@ def _load_plugins() -> None:
 def stages() -> dict[str, StageSpec]:
     """Every registered stage, built-ins first, by name."""
     _load_plugins()
-    return dict(_STAGES)
+    return _STAGES.all()
 
 
 def stage_spec(name: str) -> StageSpec:
-    known = stages()
-    if name not in known:
-        raise ValueError(f"unknown training stage {name!r}; registered: {sorted(known)}")
-    return known[name]
+    _load_plugins()
+    return _STAGES.get(name)
 
 
 def policy_algorithms() -> tuple[str, ...]:
