@@ -131,8 +131,14 @@ def handed_on_steps(tracking_uri: str, run_ids: Mapping[str, str]) -> dict[str, 
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    found = {stage: client.get_run(run_id).data.metrics.get(HANDED_ON) for stage, run_id in run_ids.items()}
+    found = {stage: _handed_on(client.get_run(run_id).data.metrics) for stage, run_id in run_ids.items()}
     return {stage: int(step) for stage, step in found.items() if step is not None}
+
+
+def _handed_on(metrics: Mapping[str, float]) -> float | None:
+    """``handed_on_step``, or a stage's own spelling of it (PPO's stage metrics: ``ppo/handed_on_step``)."""
+    keys = [k for k in metrics if k == HANDED_ON or k.endswith(f"/{HANDED_ON}")]
+    return metrics[min(keys, key=len)] if keys else None
 
 
 def plot_learning_curves(tracking_uri: str, run_ids: Mapping[str, str], path: str | Path) -> Path | None:

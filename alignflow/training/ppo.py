@@ -426,6 +426,8 @@ def run_ppo(
         trainer.load_checkpoint(checkpoint)
     else:
         tracking.log_params({"ppo": stage.model_dump(), "model": config.model.model_dump()})
+        if stage.eval_every and eval_rows:  # the held-out curve starts where training did
+            tracking.log_metrics({HELD_OUT: metrics[before_key("reward")]}, step=0)
     write_history(output_dir, trainer.history)  # a resumed run drops lines past its checkpoint
 
     policy = trainer.model.base_model

@@ -168,7 +168,8 @@ def test_ppo_raises_the_verifiable_reward_and_logs_each_iteration(
     assert {"train/objective/kl", "train/reward/correctness", "train/reward/format"} <= set(logged.metrics)
     assert logged.params["ppo.num_iterations"] == "40"
     evaluated = client.get_metric_history(run.info.run_id, "eval/reward")  # every eval_every iterations
-    assert sorted(m.step for m in evaluated) == [20, 40]
+    assert sorted(m.step for m in evaluated) == [0, 20, 40], "from the start, then every eval_every"
+    assert min(evaluated, key=lambda m: m.step).value == pytest.approx(result.metrics["eval/before_reward"])
     assert logged.metrics["ppo/global_step"] == 40
     # greedy eval reward is measured before and after (it is not what PPO optimises: sampled reward is)
     assert {"eval/before_reward", "eval/reward", "eval/correctness", "eval/format"} <= set(result.metrics)
