@@ -277,9 +277,10 @@ def _said(name: str, estimate: Any) -> str:
     return f"{name} {estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}] n={estimate.n}"
 
 
-def judge_line(metrics: Mapping[str, float | None], judge: str) -> str | None:
-    """A reported judge's figures in one line (win rates, pinned-pair accuracy, agreement with
-    the run's reward model); None where the evaluation did not run it."""
+def judge_line(metrics: Mapping[str, float | None], judge: str, win_rates: bool = True) -> str | None:
+    """A reported judge's figures in one line (its win rates where ``win_rates``: a policy's
+    page; its pinned-pair accuracy and agreement with the run's reward model); None where the
+    evaluation did not run it."""
     from alignflow.evaluation.intervals import read_estimate
     from alignflow.evaluation.metric_names import (
         GOLDEN,
@@ -291,7 +292,7 @@ def judge_line(metrics: Mapping[str, float | None], judge: str) -> str | None:
     named = [
         *(
             (f"win rate vs {against}", win_rate_key(GOLDEN, judge, against))
-            for against in ("reference", "champion")
+            for against in (("reference", "champion") if win_rates else ())
         ),
         ("pinned-pair accuracy", judge_pair_accuracy_key(judge)),
         ("ranks the pinned pairs as the run's reward model does on", judge_reward_agreement_key(judge)),

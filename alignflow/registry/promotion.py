@@ -239,7 +239,7 @@ def judged_on(
         accepted_unjudged=registered.tags.get(ACCEPTED_UNJUDGED_TAG),
         rl_stage=rl_gain_line(metrics) if role == "policy" else None,
         cost=cost_said(tracking_uri, pipeline, metrics, role) if pipeline else None,
-        outside_judge=judge_line(metrics, OUTSIDE_JUDGE),
+        outside_judge=judge_line(metrics, OUTSIDE_JUDGE, win_rates=role == "policy"),
     )
 
 

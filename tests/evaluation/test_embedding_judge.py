@@ -155,6 +155,8 @@ def test_evaluation_reports_it_beside_the_reward_model_and_promotion_never_count
     assert metrics["golden/outside/agreement_with_reward"] < 0.2, "the two judges rank the pairs oppositely"
     line = judge_line(metrics, "outside")
     assert line is not None and "win rate vs reference" in line and "never decides" in line
+    reward_page = judge_line(metrics, "outside", win_rates=False)  # a reward model's version page
+    assert reward_page is not None and "win rate" not in reward_page and "pinned-pair accuracy" in reward_page
     allowing = PromotionConfig(allow_unaudited_judges=True)
     assert "outside" not in trusted_judges(metrics, own_reward_trusted=False, config=allowing)
     without = evaluate_on_golden(
