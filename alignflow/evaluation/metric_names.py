@@ -11,6 +11,8 @@ estimate of a training request) import these names instead of spelling them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 EVAL, GOLDEN, HUMAN, PROMOTION, TRAIN = "eval", "golden", "human", "promotion", "train"
 PROMOTED = "promoted"
 WIN_RATE_PREFIX = "win_rate_vs_"
@@ -56,6 +58,16 @@ def judge_reward_agreement_key(judge: str) -> str:
     """``golden/<judge>/agreement_with_reward``: how often a judge ranks a pinned pair as the
     run's own reward model does (two judges alike in their mistakes agree whatever the truth)."""
     return f"{GOLDEN}/{judge}/agreement_with_reward"
+
+
+HANDED_ON_STEP = "handed_on_step"  # a stage that hands on its best held-out step logs which
+
+
+def stage_figure(metrics: Mapping[str, float], name: str) -> float | None:
+    """``name`` as a stage run logged it: plain (the Trainer stages) or under the stage's own
+    prefix (PPO's ``ppo/handed_on_step``); the plain spelling first."""
+    keys = [k for k in metrics if k == name or k.endswith(f"/{name}")]
+    return metrics[min(keys, key=len)] if keys else None
 
 
 def promoted_key(role: str) -> str:

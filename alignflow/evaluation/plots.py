@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from alignflow.evaluation.metric_names import EVAL, is_win_rate  # noqa: E402
+from alignflow.evaluation.metric_names import EVAL, HANDED_ON_STEP, is_win_rate, stage_figure  # noqa: E402
 from alignflow.evaluation.report import EvalReport  # noqa: E402
 
 
@@ -86,7 +86,6 @@ def plot_win_rates(bars: Sequence[WinRateBar], path: str | Path) -> Path:
 
 # what a learning curve shows of a trainer's logs, in order: the objective, the reward it
 # climbs (GRPO/PPO), the preference accuracy and margin (DPO, reward models), held-out loss
-HANDED_ON = "handed_on_step"  # a stage that hands on its best held-out step logs which
 CURVE_KEYS = (
     "train/loss",
     "train/reward",
@@ -131,14 +130,11 @@ def handed_on_steps(tracking_uri: str, run_ids: Mapping[str, str]) -> dict[str, 
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    found = {stage: _handed_on(client.get_run(run_id).data.metrics) for stage, run_id in run_ids.items()}
+    found = {
+        stage: stage_figure(client.get_run(run_id).data.metrics, HANDED_ON_STEP)
+        for stage, run_id in run_ids.items()
+    }
     return {stage: int(step) for stage, step in found.items() if step is not None}
-
-
-def _handed_on(metrics: Mapping[str, float]) -> float | None:
-    """``handed_on_step``, or a stage's own spelling of it (PPO's stage metrics: ``ppo/handed_on_step``)."""
-    keys = [k for k in metrics if k == HANDED_ON or k.endswith(f"/{HANDED_ON}")]
-    return metrics[min(keys, key=len)] if keys else None
 
 
 def plot_learning_curves(tracking_uri: str, run_ids: Mapping[str, str], path: str | Path) -> Path | None:

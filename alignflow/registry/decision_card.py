@@ -42,6 +42,8 @@ class JudgedOn:
     cost: str | None = None
     # the judge fitted outside every run, in one line (evaluation.outside_judge): reported only
     outside_judge: str | None = None
+    # which step of the policy stage was handed on (its best held-out step), where it chose one
+    handed_on: str | None = None
 
 
 def _number(value: float | None, digits: str = ".4g") -> str:
@@ -162,6 +164,7 @@ def version_description(decision: PromotionDecision, judged_on: JudgedOn) -> str
         "",
         *(f"- `{r.name}`: {r.detail}" for r in decision.results if r.detail),  # the slice that broke
         *([f"- {judged_on.rl_stage}"] if judged_on.rl_stage else []),
+        *([f"- {judged_on.handed_on}"] if judged_on.handed_on else []),
         *([f"- {judged_on.cost}"] if judged_on.cost else []),
         f"- Judges that counted: {judges_line(decision, judged_on.answers)}",
         *([f"- {judged_on.outside_judge}"] if judged_on.outside_judge else []),

@@ -60,7 +60,7 @@ class Evidence:
     pipeline_run: str | None = None
 
 
-def _stage_runs(tracking_uri: str, pipeline_run: str | None) -> dict[str, Run]:
+def stage_runs(tracking_uri: str, pipeline_run: str | None) -> dict[str, Run]:
     """The pipeline run's stage runs, by stage name."""
     from alignflow.registry.runs import STAGE_TAG, child_runs
 
@@ -77,7 +77,7 @@ def gather(tracking_uri: str, name: str, version: str) -> Evidence:
     client = MlflowClient(tracking_uri)
     registered = client.get_model_version(name, version)
     pipeline = producing_pipeline_run(tracking_uri, registered)
-    stages = _stage_runs(tracking_uri, pipeline)
+    stages = stage_runs(tracking_uri, pipeline)
     evaluation = stages.pop("evaluate", None)
     metrics = {} if evaluation is None else evaluation.data.metrics
     return Evidence(

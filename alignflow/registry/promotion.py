@@ -25,7 +25,7 @@ from mlflow.entities import Metric
 from alignflow.evaluation.cost import cost_line
 from alignflow.evaluation.embedding_judge import judge_line
 from alignflow.evaluation.judge_registry import OUTSIDE_JUDGE
-from alignflow.evaluation.metric_names import ANSWERS, TASK_ACCURACY_GAIN
+from alignflow.evaluation.metric_names import ANSWERS, HANDED_ON_STEP, TASK_ACCURACY_GAIN, stage_figure
 from alignflow.evaluation.rl_stage import rl_gain_line
 from alignflow.kill_points import kill_point
 from alignflow.promotion.gates import GateResult, JudgeAudit, PromotionDecision, Role, decide, metric_number
@@ -240,7 +240,24 @@ def judged_on(
         rl_stage=rl_gain_line(metrics) if role == "policy" else None,
         cost=cost_said(tracking_uri, pipeline, metrics, role) if pipeline else None,
         outside_judge=judge_line(metrics, OUTSIDE_JUDGE, win_rates=role == "policy"),
+        handed_on=handed_on_said(tracking_uri, pipeline) if pipeline and role == "policy" else None,
     )
+
+
+def handed_on_said(tracking_uri: str, pipeline_run_id: str) -> str | None:
+    """The policy stage's handed-on step, as its run logged it (``ppo.hand_on``,
+    ``grpo.hand_on``, ``dpo.hand_on``); None where it drew no held-out curve to choose from."""
+    from alignflow.registry.model_card import stage_runs
+
+    run = stage_runs(tracking_uri, pipeline_run_id).get("policy")
+    step = stage_figure(run.data.metrics, HANDED_ON_STEP) if run is not None else None
+    if run is None or step is None:
+        return None
+    last = stage_figure(run.data.metrics, "global_step")
+    of = f" of {int(last)}" if last is not None else ""
+    start = " (the start: no later step beat it)" if step == 0 else ""
+    curve = "its held-out curve: plots/learning_curves.png"
+    return f"Handed on: step {int(step)}{of} of the policy stage{start}; {curve}"
 
 
 def cost_said(

@@ -446,7 +446,8 @@ def run_ppo(
     if best is not None and best.step is not None and best.step != trainer.iteration:
         best.restore(policy)
         handed_on = best.step
-    metrics["handed_on_step"] = float(handed_on)
+    if trainer.config.eval_every:  # a held-out curve was drawn: say which of its steps goes on
+        metrics["handed_on_step"] = float(handed_on)
     if eval_rows:
         after = greedy_rewards(policy, trainer.tokenizer, eval_rows, reward, stage)
         metrics.update({eval_key(k): v for k, v in after.items()})

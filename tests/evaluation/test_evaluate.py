@@ -197,7 +197,7 @@ def test_a_ppo_stage_curve_shows_its_held_out_reward_and_the_step_it_handed_on(t
         client.log_metric(ppo, "train/reward/mean", step / 10, step=step)
     for step, held_out in [(2, 0.6), (4, 0.8), (6, 0.5)]:  # the training reward climbs, held-out falls late
         client.log_metric(ppo, "eval/reward", held_out, step=step)
-    client.log_metric(ppo, "handed_on_step", 4.0)
+    client.log_metric(ppo, "ppo/handed_on_step", 4.0)  # as the PPO stage logs it
     lines: list[float] = []
     real_axvline = Axes.axvline
     monkeypatch.setattr(
