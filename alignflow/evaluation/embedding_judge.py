@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from alignflow.errors import InputError
+from alignflow.evaluation.judges import RewardModelJudge
 
 FORMAT = "alignflow-embedding-judge/1"
 BUILT_IN = Path(__file__).parent / "pinned_judges"
@@ -219,27 +220,20 @@ def fit_judge(
 # ---------------------------------------------------------------- judging
 
 
-class EmbeddingJudge:
-    """Prefers the answer the fitted head scores higher; ``score`` serves pair accuracy too."""
+class EmbeddingJudge(RewardModelJudge):
+    """Prefers the answer the fitted head scores higher (a reward-model judge whose scorer is
+    the head); ``score`` serves the pinned-pair accuracy too."""
 
     name = "outside"
 
     def __init__(self, artefact: JudgeArtefact, tie_margin: float = 0.0):
         self.artefact = artefact
         self.weights = np.asarray(artefact.weights, dtype=np.float32)
-        self.tie_margin = tie_margin
+        super().__init__(self.score, tie_margin)
 
     def score(self, prompts: Sequence[Any], answers: Sequence[str]) -> list[float]:
         texts = [judged_text(p, a) for p, a in zip(prompts, answers, strict=True)]
         return [float(s) for s in embed(texts) @ self.weights] if texts else []
-
-    def compare(self, prompts, a, b, metadata=None) -> list[float | None]:
-        from alignflow.evaluation.judges import _check_lengths, _verdict
-
-        _check_lengths(prompts, a, b)
-        scores = self.score(list(prompts) * 2, list(a) + list(b))
-        n = len(prompts)
-        return [_verdict(scores[i], scores[n + i], self.tie_margin) for i in range(n)]
 
 
 def seen_prompts(artefact: JudgeArtefact, prompts: Iterable[Any]) -> int:
